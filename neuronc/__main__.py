@@ -1,0 +1,3 @@
+from neuronc.cli import main
+
+main()

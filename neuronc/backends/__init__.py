@@ -1,0 +1,87 @@
+"""Backend registry, fed by the entry-point group ``neuronc.backends``.
+
+Built-in backends are registered in neuronc's own pyproject.toml through the same group that
+third-party packages use. Listing names reads package metadata only; ``get_backend`` imports exactly
+one backend module (and backend modules keep their SDK imports inside methods).
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+
+from neuronc.backends.base import Availability, Backend, BackendBase, CompilePlan, GraphSpec
+from neuronc.errors import UnknownBackendError
+
+ENTRY_POINT_GROUP = "neuronc.backends"
+
+# Used only when neuronc runs from a source tree that was never installed (no dist metadata):
+# the same table pyproject.toml registers, so `python -m neuronc` from a checkout still works.
+_BUILTIN = {
+    "inductor": "neuronc.backends.inductor:InductorBackend",
+    "nxdi": "neuronc.backends.nxdi:NxdiBackend",
+    "optimum-neuron": "neuronc.backends.optimum_neuron:OptimumNeuronBackend",
+    "transformers-neuronx": "neuronc.backends.transformers_neuronx:TransformersNeuronxBackend",
+    "torch-neuronx": "neuronc.backends.torch_neuronx:TorchNeuronxBackend",
+}
+
+
+@cache
+def _entry_points() -> dict[str, EntryPoint]:
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    for name, value in _BUILTIN.items():
+        found.setdefault(name, EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
+    return found
+
+
+def backend_names() -> list[str]:
+    """Every registered backend name, sorted; imports no backend."""
+    return sorted(_entry_points())
+
+
+def entry_point_value(name: str) -> str:
+    """Where a backend lives ("module:Class"), without importing it."""
+    return _entry_points()[name].value
+
+
+def unknown_backend_message(name: str) -> tuple[str, str]:
+    names = backend_names()
+    close = difflib.get_close_matches(name, names, n=1)
+    suggestion = f" Did you mean '{close[0]}'?" if close else ""
+    return f"unknown backend '{name}'.{suggestion}", "known backends: " + ", ".join(names)
+
+
+@cache
+def get_backend(name: str) -> Backend:
+    """Instantiate one backend by name; raises UnknownBackendError with a suggestion."""
+    eps = _entry_points()
+    if name not in eps:
+        message, hint = unknown_backend_message(name)
+        raise UnknownBackendError(message, hint=hint)
+    backend_cls = eps[name].load()
+    backend: Backend = backend_cls()
+    return backend
+
+
+def register_backend_for_tests(name: str, value: str) -> None:
+    """Add an entry point at run time, as an installed plugin would (tests only)."""
+    _entry_points()[name] = EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
+    get_backend.cache_clear()
+
+
+def unregister_backend_for_tests(name: str) -> None:
+    _entry_points().pop(name, None)
+    get_backend.cache_clear()
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Availability",
+    "Backend",
+    "BackendBase",
+    "CompilePlan",
+    "GraphSpec",
+    "backend_names",
+    "get_backend",
+]

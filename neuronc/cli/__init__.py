@@ -1,0 +1,48 @@
+"""neuronc's command line: thin commands over the library, one module per command group.
+
+Importing this package must stay cheap (no torch, no transformers): `neuronc --help` is measured
+by bench/startup and guarded by tests/test_startup.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from neuronc import __version__
+from neuronc.cli._app import app
+
+# Command modules register themselves on `app` when imported.
+from neuronc.cli import backends as _backends  # noqa: E402,F401  isort: skip
+from neuronc.cli import profiles as _profiles  # noqa: E402,F401  isort: skip
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"neuronc {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Compile LLMs ahead of time for AWS Neuron into versioned, verifiable bundles.
+
+    Exit codes: 0 ok, 1 unexpected error, 2 invalid input, 3 compile failed, 4 verification failed,
+    5 environment incompatible, 6 required cache/store hit missing, 130 interrupted.
+    Set NEURONC_DEBUG=1 for tracebacks.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    app(args=argv, prog_name="neuronc")
+
+
+__all__ = ["app", "main"]

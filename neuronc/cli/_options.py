@@ -1,0 +1,15 @@
+"""Option and argument types shared by commands (declare once, reuse everywhere)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+ProfilesArg = Annotated[list[Path], typer.Argument(help="Profile YAML file(s).", show_default=False)]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache."),
+]

@@ -1,0 +1,181 @@
+"""Profile commands: `validate`, `schema`, `hash`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from neuronc._output import out, to_json_text
+from neuronc.cli._app import command
+from neuronc.cli._options import JsonOpt, ProfilesArg
+from neuronc.errors import InvalidInputError, NeuroncError, ProfileError
+
+
+def describe_profile(path: Path) -> dict[str, Any]:
+    """Load one profile and describe each build: normalised profile, config hash, planned graphs."""
+    from neuronc.backends import get_backend
+    from neuronc.keys import config_key
+    from neuronc.profile import load_profile
+
+    loaded = load_profile(path)
+    builds = []
+    for spec in loaded.builds:
+        key = config_key(spec)
+        plan = get_backend(spec.backend).plan(spec)
+        builds.append(
+            {
+                "index": spec.build_index,
+                "name": spec.name,
+                "matrix": spec.matrix_values,
+                "config_hash": key.hash,
+                "hashed_fields": list(key.fields),
+                "normalized": spec.normalized(),
+                "plan": plan.to_json(),
+            }
+        )
+    return {"path": str(path), "valid": True, "warnings": loaded.warnings, "builds": builds}
+
+
+@command(name="validate")
+def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False) -> None:
+    """Validate profiles; print each build's normalised profile, config hash and planned graphs."""
+    out.configure(json_mode=json_out)
+    results: list[dict[str, Any]] = []
+    failures: list[ProfileError] = []
+    for path in profiles:
+        try:
+            results.append(describe_profile(path))
+        except ProfileError as exc:
+            failures.append(exc)
+            results.append({"path": str(path), "valid": False, "errors": exc.details or [exc.message]})
+
+    def render() -> None:
+        for result in results:
+            if not result["valid"]:
+                continue
+            for build in result["builds"]:
+                _render_build(result["path"], build)
+            for warning in result["warnings"]:
+                out.warning(warning)
+
+    if failures and not out.json_mode:
+        render()
+    if not failures:
+        out.result({"valid": True, "profiles": results}, render)
+        return
+    if out.json_mode:
+        out.result({"valid": False, "profiles": results})
+        raise typer.Exit(failures[0].exit_code)
+    if len(failures) == 1:
+        raise failures[0]
+    details = [line for exc in failures for line in (exc.details or [exc.message])]
+    raise ProfileError(f"{len(failures)} of {len(profiles)} profiles are invalid", details=details)
+
+
+def _render_build(path: str, build: dict[str, Any]) -> None:
+    norm = build["normalized"]
+    seq = norm["sequence"]
+    label = f"{path}" + (f" [build {build['index']}: {build['matrix']}]" if build["matrix"] else "")
+    out.print(f"[bold]{label}[/bold]  ✓ valid")
+    out.print(
+        f"  model {norm['model']['id']}" + (f"@{norm['model']['revision']}" if norm["model"]["revision"] else "")
+    )
+    out.print(
+        f"  backend {norm['backend']} · target {norm['target']} · tp {norm['tp_degree']} · "
+        f"batch {norm['batch_size']} · amp {norm['amp']} · weights {norm['weights']}"
+    )
+    out.print(
+        f"  max_length {seq['max_length']} · max_context_length {seq['max_context_length']} · "
+        f"context buckets {seq['context_buckets']} · token buckets {seq['token_buckets']}"
+    )
+    out.print(f"  config hash {build['config_hash']}")
+    graphs = build["plan"]["graphs"]
+    out.table(
+        ["graph", "role", "batch", "bucket"],
+        [[g["name"], g["role"], g["batch"], g["bucket"]] for g in graphs],
+        title=f"  {len(graphs)} graph(s); weights: {build['plan']['weights_layout']}",
+    )
+
+
+@command(name="schema")
+def schema_command(
+    output: Annotated[Path | None, typer.Option("--out", "-o", help="Write the schema to this file.")] = None,
+) -> None:
+    """Print the JSON Schema of profiles (for yaml-language-server and other editors)."""
+    from neuronc.profile import profile_json_schema
+
+    text = to_json_text(profile_json_schema())
+    if output is None:
+        out.result(profile_json_schema())
+        return
+    output.write_text(text, encoding="utf-8")
+    out.success(f"wrote {output}")
+
+
+@command(name="hash")
+def hash_command(
+    paths: Annotated[list[Path], typer.Argument(help="Profiles (or bundles) to hash.", show_default=False)],
+    diff: Annotated[bool, typer.Option("--diff", help="Compare exactly two: which hashed fields differ.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Print config hashes; with --diff A B, name the hashed fields that differ."""
+    out.configure(json_mode=json_out)
+    if diff and len(paths) != 2:
+        msg = f"--diff compares exactly two profiles or bundles, got {len(paths)}"
+        raise InvalidInputError(msg)
+    keyed = [_hashed_builds(p) for p in paths]
+    if not diff:
+        data = {
+            "hashes": [
+                {"path": str(p), "build": i, "matrix": m, "config_hash": h}
+                for p, builds in zip(paths, keyed, strict=True)
+                for i, (h, _inputs, m) in enumerate(builds)
+            ]
+        }
+        out.result(data, lambda: out.table(["config hash", "path", "build"], [[r["config_hash"], r["path"], r["build"]] for r in data["hashes"]]))
+        return
+    from neuronc.keys import diff_inputs
+
+    a_builds, b_builds = keyed
+    pairs = list(zip(a_builds, b_builds, strict=False)) if len(a_builds) == len(b_builds) else [(a_builds[0], b_builds[0])]
+    comparisons = []
+    for index, ((ha, ia, _), (hb, ib, _)) in enumerate(pairs):
+        comparisons.append({"build": index, "a": ha, "b": hb, "same": ha == hb, "differences": diff_inputs(ia, ib)})
+
+    def render() -> None:
+        for c in comparisons:
+            if c["same"]:
+                out.print(f"build {c['build']}: same config hash {c['a']}")
+                continue
+            out.print(f"build {c['build']}: {c['a'][:12]} ≠ {c['b'][:12]}")
+            out.table(
+                ["field", str(paths[0]), str(paths[1])],
+                [[d["field"], to_json_text(d["a"]).strip(), to_json_text(d["b"]).strip()] for d in c["differences"]],
+            )
+
+    out.result({"a": str(paths[0]), "b": str(paths[1]), "comparisons": comparisons}, render)
+
+
+def _hashed_builds(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(config hash, hashed inputs, matrix values) per build of a profile or a bundle."""
+    if path.is_dir():
+        return [_bundle_hash(path)]
+    from neuronc.keys import config_key
+    from neuronc.profile import load_profile
+
+    result = []
+    for spec in load_profile(path).builds:
+        key = config_key(spec)
+        result.append((key.hash, key.inputs, spec.matrix_values))
+    return result
+
+
+def _bundle_hash(path: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    try:
+        from neuronc.bundle import read_manifest
+    except ImportError as exc:  # pragma: no cover - the bundle module ships with neuronc
+        raise NeuroncError(f"cannot read bundles: {exc}") from None
+    manifest = read_manifest(path)
+    return manifest.config_hash, manifest.hashed_inputs, {}

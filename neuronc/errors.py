@@ -1,0 +1,130 @@
+"""The one error hierarchy of neuronc.
+
+Every error carries the exit code the CLI returns for it (a contract for CI, see docs/exit-codes.md)
+and an optional hint that tells the user what to do next. Library code raises these; only
+``neuronc.cli.main`` turns them into messages and exit codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_INVALID_INPUT = 2
+EXIT_COMPILE_FAILED = 3
+EXIT_VERIFICATION_FAILED = 4
+EXIT_ENVIRONMENT = 5
+EXIT_MISS = 6
+EXIT_INTERRUPTED = 130
+
+
+class NeuroncError(Exception):
+    """Base class: a problem neuronc understands and can explain without a traceback."""
+
+    exit_code: ClassVar[int] = EXIT_UNEXPECTED
+    kind: ClassVar[str] = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None, details: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = list(details)
+
+    def to_json(self) -> dict[str, object]:
+        """Return the stable JSON form printed by ``--json`` commands on failure."""
+        return {
+            "error": self.kind,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "details": self.details,
+            "hint": self.hint,
+        }
+
+
+class InvalidInputError(NeuroncError):
+    """The user gave something neuronc cannot use: a profile, an argument, a path."""
+
+    exit_code = EXIT_INVALID_INPUT
+    kind = "invalid_input"
+
+
+class ProfileError(InvalidInputError):
+    """A profile failed to load or validate; ``details`` lists every problem found."""
+
+    kind = "profile_invalid"
+
+
+class CheckpointError(InvalidInputError):
+    """A model checkpoint is missing, truncated, or malformed."""
+
+    kind = "checkpoint_invalid"
+
+
+class UnknownBackendError(InvalidInputError):
+    """A profile or flag names a backend that is not registered."""
+
+    kind = "unknown_backend"
+
+
+class BundleFormatError(InvalidInputError):
+    """A path is not a bundle, or its manifest cannot be read safely."""
+
+    kind = "bundle_invalid"
+
+
+class PreflightError(InvalidInputError):
+    """A build cannot fit the target: found before any compile starts."""
+
+    kind = "preflight_failed"
+
+
+class CompileError(NeuroncError):
+    """The backend's compiler failed. ``log_path`` points at the full log when there is one."""
+
+    exit_code = EXIT_COMPILE_FAILED
+    kind = "compile_failed"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        details: Sequence[str] = (),
+        log_path: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint, details=details)
+        self.log_path = log_path
+
+    def to_json(self) -> dict[str, object]:
+        data = super().to_json()
+        data["log_path"] = self.log_path
+        return data
+
+
+class VerificationError(NeuroncError):
+    """A bundle failed an integrity or accuracy check."""
+
+    exit_code = EXIT_VERIFICATION_FAILED
+    kind = "verification_failed"
+
+
+class EnvironmentIncompatibleError(NeuroncError):
+    """The installed software cannot do what was asked (missing backend, toolchain mismatch)."""
+
+    exit_code = EXIT_ENVIRONMENT
+    kind = "environment_incompatible"
+
+
+class BackendUnavailableError(EnvironmentIncompatibleError):
+    """A backend's packages are not installed here."""
+
+    kind = "backend_unavailable"
+
+
+class CacheMissError(NeuroncError):
+    """A store or cache lookup missed where a hit was required (``--require-hit``, offline)."""
+
+    exit_code = EXIT_MISS
+    kind = "cache_miss"
