@@ -6,6 +6,7 @@ by bench/startup and guarded by tests/test_startup.py.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Annotated
 
@@ -14,9 +15,13 @@ import typer
 from neuronc import __version__
 from neuronc.cli._app import app
 
-# Command modules register themselves on `app` when imported.
-from neuronc.cli import backends as _backends  # noqa: E402,F401  isort: skip
-from neuronc.cli import profiles as _profiles  # noqa: E402,F401  isort: skip
+# Command modules register themselves on `app` when imported; the order here is the order in --help.
+_COMMAND_MODULES = (
+    "profiles",
+    "backends",
+)
+for _name in _COMMAND_MODULES:
+    importlib.import_module(f"neuronc.cli.{_name}")
 
 
 def _version_callback(value: bool) -> None:
