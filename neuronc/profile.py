@@ -147,6 +147,10 @@ class LoadedProfile:
 # ------------------------------------------------------------------------------------------------
 
 Position = tuple[int, int]  # 1-based line, column
+# Plain YAML only: the core schema's tags. Python tags (tag:yaml.org,2002:python/...) are refused.
+_ALLOWED_TAGS = frozenset(
+    f"tag:yaml.org,2002:{name}" for name in ("map", "seq", "str", "int", "float", "bool", "null", "merge", "timestamp")
+)
 
 
 class _YamlTree:
@@ -175,6 +179,9 @@ class _YamlTree:
             msg = f"more than {MAX_YAML_NODES} YAML nodes (aliases expanding?)"
             raise _TooLarge(msg)
         self.value_pos[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if node.tag not in _ALLOWED_TAGS:
+            self.problems.append(self.at(path, f"YAML tag '{node.tag}' is not allowed (plain YAML only)", node))
+            return None
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
@@ -293,6 +300,8 @@ def parse_profile(
         raise ProfileError(f"{filename}: YAML nested too deeply") from None
 
     problems = list(tree.problems)
+    if data is None and problems:
+        raise ProfileError(f"{filename}: invalid profile", details=problems, hint=_SCHEMA_HINT)
     if not isinstance(data, dict):
         kind = "empty" if data is None else f"a {type(data).__name__}"
         problems.append(f"{filename}:1:1: <root>: a profile is a mapping of fields, but this file is {kind}")
@@ -311,15 +320,16 @@ def parse_profile(
         if spec is not None:
             builds.append(spec)
     # A problem every build shares is reported once; one that only some builds have names them.
-    seen = set(problems)
-    for index, (combo, build_problems) in enumerate(zip(combos, per_build, strict=True)):
+    builds_with: dict[str, list[int]] = {}
+    for index, build_problems in enumerate(per_build):
         for problem in build_problems:
-            if len(combos) > 1 and not all(problem in other for other in per_build):
-                problem = f"{problem} (matrix build {index}: {_combo_text(combo)})"
-            if problem not in seen:
-                seen.add(problem)
-                problems.append(problem)
+            builds_with.setdefault(problem, []).append(index)
+    for problem, indices in builds_with.items():
+        if len(indices) < len(combos):
+            problem = f"{problem} (matrix build{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))})"
+        problems.append(problem)
     if problems:
+        problems.sort(key=_problem_position)
         count = len(problems)
         msg = f"{filename}: {count} problem{'s' if count != 1 else ''} in profile"
         raise ProfileError(msg, details=problems, hint=_SCHEMA_HINT)
@@ -327,6 +337,14 @@ def parse_profile(
 
 
 _SCHEMA_HINT = "see docs/profiles.md, or run `neuronc schema` for the JSON Schema your editor can check against"
+
+
+def _problem_position(problem: str) -> tuple[int, int]:
+    parts = problem.split(":")
+    try:
+        return int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        return (0, 0)
 
 
 def _combo_text(combo: Mapping[str, Any]) -> str:
@@ -402,13 +420,102 @@ def _build_one(
         line, col = tree.position(where(path))
         problems.append(f"{filename}:{line}:{col}: {format_path(path)}: {message}")
 
+    model: ProfileModel | None = None
+    failed: set[tuple[Any, ...]] = set()
     try:
         model = ProfileModel.model_validate(raw)
     except ValidationError as exc:
+        reported: set[tuple[Any, ...]] = set()
         for error in exc.errors():
-            problem(error["loc"], _pydantic_message(error))
+            loc = tuple(error["loc"])
+            branch = next((i for i, part in enumerate(loc) if _is_union_branch(part)), None)
+            if branch is not None:
+                # pydantic reports each member of a union; say once what the field accepts.
+                loc = loc[:branch]
+                if loc in reported:
+                    continue
+                reported.add(loc)
+                failed.add(loc)
+                problem(loc, f"must be a list of positive integers or 'auto', got {_raw_at(raw, loc)!r}")
+                continue
+            failed.add(loc)
+            problem(loc, _pydantic_message(error))
+    # Semantic checks run on every field that is well-typed, even when others are not, so a user
+    # sees every problem in one pass.
+    view = _LenientView(raw, failed)
+    count_before = len(problems)
+    resolved = _check_semantics(view, filename, base_dir, check_model_config, problem, warnings)
+    if model is None or resolved is None or len(problems) > count_before:
         return None
-    return _resolve(model, combo, index, filename, base_dir, check_model_config, problem, warnings)
+    context_buckets, token_buckets, amp = resolved
+    seq = model.sequence
+    return BuildSpec(
+        model=model.model,
+        backend=model.backend,
+        target=model.target,
+        tp_degree=model.tp_degree,
+        batch_size=model.batch_size,
+        amp=amp,
+        sequence=ResolvedSequence(
+            max_length=seq.max_length,
+            max_context_length=seq.max_context_length or seq.max_length,
+            context_buckets=context_buckets,
+            token_buckets=token_buckets,
+        ),
+        weights=model.weights,
+        compiler_flags=tuple(model.compiler.flags),
+        options=model.options,
+        name=model.name,
+        description=model.description,
+        profile_path=filename,
+        build_index=index,
+        matrix_values=dict(combo),
+    )
+
+
+class _LenientView:
+    """Read raw profile values that have the expected type and passed schema validation."""
+
+    def __init__(self, raw: Mapping[str, Any], failed: set[tuple[Any, ...]]) -> None:
+        self._raw = raw
+        self._failed = failed
+
+    def get(self, path: tuple[str, ...], kind: type | tuple[type, ...], default: Any = None) -> Any:
+        if any(path[: len(f)] == f for f in self._failed):
+            return None
+        node: Any = self._raw
+        for part in path:
+            if not isinstance(node, Mapping) or part not in node:
+                return default
+            node = node[part]
+        if isinstance(node, bool) and kind is int:
+            return None
+        return node if isinstance(node, kind) else None
+
+
+def _is_union_branch(part: Any) -> bool:
+    return isinstance(part, str) and part.startswith(("list[", "literal[", "function-", "constrained-"))
+
+
+def _raw_at(raw: Mapping[str, Any], loc: Sequence[Any]) -> Any:
+    node: Any = raw
+    for part in loc:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+_TYPE_WORDS = {
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "string_type": "a string",
+    "list_type": "a list",
+    "bool_type": "true or false",
+    "float_type": "a number",
+}
 
 
 def _pydantic_message(error: Any) -> str:
@@ -422,6 +529,8 @@ def _pydantic_message(error: Any) -> str:
         return f"unknown key '{key}'.{hint} Allowed: {', '.join(known)}"
     if kind == "missing":
         return "required field is missing"
+    if kind in _TYPE_WORDS:
+        return f"must be {_TYPE_WORDS[kind]}, got {error['input']!r}"
     if kind == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         return f"got {error['input']!r}; allowed: {expected}"
@@ -467,104 +576,88 @@ def auto_buckets(minimum: int, maximum: int) -> tuple[int, ...]:
     return tuple(sorted(set(buckets)))
 
 
-def _resolve(
-    model: ProfileModel,
-    combo: Mapping[str, Any],
-    index: int,
+def _check_semantics(
+    view: _LenientView,
     filename: str,
     base_dir: Path | None,
     check_model_config: bool,
     problem: Any,
     warnings: list[str],
-) -> BuildSpec | None:
+) -> tuple[tuple[int, ...], tuple[int, ...], str] | None:
+    """Cross-field checks; returns (context buckets, token buckets, amp) when they resolve."""
     from neuronc.backends import backend_names, get_backend, unknown_backend_message
 
-    seq = model.sequence
-    max_length = seq.max_length
-    max_context = seq.max_context_length or max_length
-    if max_context > max_length:
-        problem(
-            ("sequence", "max_context_length"),
-            f"{max_context} is above sequence.max_length {max_length}",
-        )
+    max_length = view.get(("sequence", "max_length"), int)
+    max_context = view.get(("sequence", "max_context_length"), int) or max_length
+    if max_context is not None and max_length is not None and max_context > max_length:
+        problem(("sequence", "max_context_length"), f"{max_context} is above sequence.max_length {max_length}")
     context_buckets = _resolve_buckets(
-        seq.context_buckets, ("sequence", "context_buckets"), max_context, "max_context_length", problem
+        view.get(("sequence", "context_buckets"), (list, str)),
+        ("sequence", "context_buckets"),
+        max_context,
+        "max_context_length",
+        problem,
     )
-    token_buckets = _resolve_buckets(seq.token_buckets, ("sequence", "token_buckets"), max_length, "max_length", problem)
-
-    amp = model.amp or ("fp32" if model.target == "cpu" else "bf16")
-    if model.backend not in backend_names():
-        message, hint = unknown_backend_message(model.backend)
+    token_buckets = _resolve_buckets(
+        view.get(("sequence", "token_buckets"), (list, str)), ("sequence", "token_buckets"), max_length, "max_length", problem
+    )
+    target = view.get(("target",), str)
+    amp_given = view.get(("amp",), str)
+    amp = amp_given or ("fp32" if target == "cpu" else "bf16")
+    name = view.get(("backend",), str)
+    tp = view.get(("tp_degree",), int)
+    task = view.get(("model", "task"), str, default="text-generation")
+    weights = view.get(("weights",), str, default="presharded")
+    options = view.get(("options",), dict, default={}) or {}
+    if name is None:
+        return None
+    if name not in backend_names():
+        message, hint = unknown_backend_message(name)
         problem(("backend",), f"{message} ({hint})")
         return None
-    backend = get_backend(model.backend)
-    if model.target not in backend.targets:
-        if model.target == "cpu":
+    backend = get_backend(name)
+    if target is not None and target in TARGETS and target not in backend.targets:
+        if target == "cpu":
             problem(
                 ("target",),
-                f"target 'cpu' needs the 'inductor' backend; '{model.backend}' compiles for "
-                f"{', '.join(sorted(backend.targets))}",
+                f"target 'cpu' needs the 'inductor' backend; '{name}' compiles for {', '.join(sorted(backend.targets))}",
             )
         else:
             problem(
                 ("target",),
-                f"backend '{model.backend}' does not compile for '{model.target}'; it supports "
-                f"{', '.join(sorted(backend.targets))}",
+                f"backend '{name}' does not compile for '{target}'; it supports {', '.join(sorted(backend.targets))}",
             )
-    if model.amp is not None and model.amp not in backend.amp:
-        problem(("amp",), f"'{model.amp}' is not supported by '{model.backend}'; allowed: {', '.join(sorted(backend.amp))}")
-    if model.model.task not in backend.tasks:
-        problem(
-            ("model", "task"),
-            f"'{model.model.task}' is not supported by '{model.backend}'; allowed: {', '.join(sorted(backend.tasks))}",
-        )
-    if model.weights not in backend.weights_modes:
+    if amp_given is not None and amp_given in AMP_TO_DTYPE and amp_given not in backend.amp:
+        problem(("amp",), f"'{amp_given}' is not supported by '{name}'; allowed: {', '.join(sorted(backend.amp))}")
+    if task is not None and task in TASKS and task not in backend.tasks:
+        problem(("model", "task"), f"'{task}' is not supported by '{name}'; allowed: {', '.join(sorted(backend.tasks))}")
+    if weights is not None and weights in WEIGHT_MODES and weights not in backend.weights_modes:
         problem(
             ("weights",),
-            f"'{model.weights}' is not supported by '{model.backend}'; allowed: "
-            f"{', '.join(sorted(backend.weights_modes))}",
+            f"'{weights}' is not supported by '{name}'; allowed: {', '.join(sorted(backend.weights_modes))}",
         )
-    degrees = backend.supported_tp_degrees(model.target, model.options)
-    if degrees is not None and model.tp_degree not in degrees:
-        if model.backend == "inductor":
+    degrees = backend.supported_tp_degrees(target, options) if target in backend.targets else None
+    if tp is not None and degrees is not None and tp not in degrees:
+        if name == "inductor":
             others = [n for n in backend_names() if n != "inductor"]
             message = f"the inductor backend runs tp_degree 1 only; use one of {', '.join(others)} for tensor parallelism"
         else:
-            message = f"{model.tp_degree} is not supported on {model.target} by '{model.backend}'; allowed: {_ranges(degrees)}"
+            message = f"{tp} is not supported on {target} by '{name}'; allowed: {_ranges(degrees)}"
         problem(("tp_degree",), message)
 
-    if check_model_config:
-        config = read_local_model_config(model.model.id, model.model.revision, base_dir)
+    model_id = view.get(("model", "id"), str)
+    revision = view.get(("model", "revision"), str)
+    if check_model_config and model_id:
+        config = read_local_model_config(model_id, revision, base_dir)
         if config is not None:
-            _check_against_config(model, max_length, config, backend.requires_tp_divides_heads, problem)
-    if model.target != "cpu" and model.model.revision is None and not _is_local(model.model.id, base_dir):
+            _check_against_config(tp, max_length, config, backend.requires_tp_divides_heads, problem)
+    if target in NEURON_TARGETS and model_id and revision is None and not _is_local(model_id, base_dir):
         warnings.append(
             f"{filename}: model.revision is not pinned; the config hash will use the revision resolved at compile time"
         )
     if context_buckets is None or token_buckets is None:
         return None
-    return BuildSpec(
-        model=model.model,
-        backend=model.backend,
-        target=model.target,
-        tp_degree=model.tp_degree,
-        batch_size=model.batch_size,
-        amp=amp,
-        sequence=ResolvedSequence(
-            max_length=max_length,
-            max_context_length=max_context,
-            context_buckets=context_buckets,
-            token_buckets=token_buckets,
-        ),
-        weights=model.weights,
-        compiler_flags=tuple(model.compiler.flags),
-        options=model.options,
-        name=model.name,
-        description=model.description,
-        profile_path=filename,
-        build_index=index,
-        matrix_values=dict(combo),
-    )
+    return context_buckets, token_buckets, amp
 
 
 def _ranges(values: Iterable[int]) -> str:
@@ -577,15 +670,18 @@ def _ranges(values: Iterable[int]) -> str:
 def _resolve_buckets(
     value: list[int] | str | None,
     path: tuple[str, str],
-    limit: int,
+    limit: int | None,
     limit_name: str,
     problem: Any,
 ) -> tuple[int, ...] | None:
+    if limit is None:
+        return None
     if value is None:
         return (limit,)
     if value == "auto":
         return auto_buckets(128, limit)
-    assert isinstance(value, list)
+    if not isinstance(value, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in value):
+        return None
     ok = True
     for i, bucket in enumerate(value):
         if bucket > limit:
@@ -595,7 +691,7 @@ def _resolve_buckets(
         dupes = sorted({b for b in value if value.count(b) > 1})
         problem(path, f"duplicated bucket(s): {', '.join(map(str, dupes))}")
         ok = False
-    elif value != sorted(value):
+    if value != sorted(value):
         problem(path, f"buckets must be sorted ascending, got {value}")
         ok = False
     if not value:
@@ -644,8 +740,8 @@ def read_local_model_config(model_id: str, revision: str | None, base_dir: Path 
 
 
 def _check_against_config(
-    model: ProfileModel,
-    max_length: int,
+    tp: int | None,
+    max_length: int | None,
     config: Mapping[str, Any],
     requires_divisible_heads: bool,
     problem: Any,
@@ -653,14 +749,14 @@ def _check_against_config(
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     assert isinstance(text, Mapping)
     heads = text.get("num_attention_heads") or text.get("n_head")
-    if requires_divisible_heads and isinstance(heads, int) and heads % model.tp_degree:
+    if requires_divisible_heads and tp and isinstance(heads, int) and heads % tp:
         problem(
             ("tp_degree",),
-            f"{model.tp_degree} does not divide the model's {heads} attention heads "
+            f"{tp} does not divide the model's {heads} attention heads "
             f"(config.json num_attention_heads)",
         )
     limit = text.get("max_position_embeddings") or text.get("n_positions")
-    if isinstance(limit, int) and max_length > limit:
+    if isinstance(limit, int) and max_length is not None and max_length > limit:
         problem(
             ("sequence", "max_length"),
             f"{max_length} is above the model's max_position_embeddings {limit}",

@@ -1,0 +1,180 @@
+"""Config hash and toolchain key: stable under cosmetic changes, moved by any compile-relevant one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuronc.keys import (
+    HASHED_FIELDS,
+    canonical_json,
+    config_key,
+    diff_inputs,
+    effective_compiler_flags,
+    toolchain_key,
+    toolchain_label,
+)
+from neuronc.profile import parse_profile
+
+BASE = """\
+name: first
+description: a profile
+model:
+  id: org/model
+  revision: abc123
+backend: nxdi
+target: inf2
+tp_degree: 8
+batch_size: 4
+amp: bf16
+sequence:
+  max_length: 4096
+  context_buckets: [1024, 2048]
+  token_buckets: [4096]
+compiler:
+  flags: ["-O1"]
+"""
+
+
+def _hash(text: str, filename: str = "a.yaml", environ: dict[str, str] | None = None) -> str:
+    spec = parse_profile(text, filename).builds[0]
+    return config_key(spec, environ=environ or {}).hash
+
+
+def test_hash_is_full_sha256() -> None:
+    digest = _hash(BASE)
+    assert len(digest) == 64
+    int(digest, 16)
+
+
+def test_cosmetic_changes_keep_the_hash() -> None:
+    reordered = """\
+# a comment
+backend: nxdi
+sequence: {token_buckets: [4096], context_buckets: [1024, 2048], max_length: 4096}
+compiler: {flags: ["-O1"]}
+amp: bf16
+batch_size: 4
+tp_degree: 8
+target: inf2
+model: {revision: abc123, id: org/model}
+name: renamed
+description: something else entirely
+"""
+    assert _hash(BASE) == _hash(reordered, filename="elsewhere/other-name.yaml")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("tp_degree: 8", "tp_degree: 4"),
+        ("batch_size: 4", "batch_size: 8"),
+        ("amp: bf16", "amp: fp16"),
+        ("max_length: 4096", "max_length: 8192"),
+        ("[1024, 2048]", "[512, 2048]"),
+        ("token_buckets: [4096]", "token_buckets: [2048, 4096]"),
+        ('flags: ["-O1"]', 'flags: ["-O2"]'),
+        ("revision: abc123", "revision: def456"),
+        ("id: org/model", "id: org/other"),
+        ("target: inf2", "target: trn1"),
+        ("backend: nxdi", "backend: optimum-neuron"),
+    ],
+)
+def test_compile_relevant_changes_move_the_hash(old: str, new: str) -> None:
+    assert old in BASE
+    assert _hash(BASE) != _hash(BASE.replace(old, new))
+
+
+def test_neuron_cc_flags_are_folded_in_but_cache_flags_are_not() -> None:
+    plain = _hash(BASE)
+    assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--enable-saturate-infinity"}) != plain
+    assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--cache_dir=/tmp/x --retry_failed_compilation"}) == plain
+    spec = parse_profile(BASE, "a.yaml").builds[0]
+    assert effective_compiler_flags(spec, {"NEURON_CC_FLAGS": "-O2 --cache_dir=/x"}) == ["-O1", "-O2"]
+
+
+def test_neuron_cc_flags_do_not_touch_the_cpu_backend() -> None:
+    cpu = "model: {id: org/m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n"
+    assert _hash(cpu) == _hash(cpu, environ={"NEURON_CC_FLAGS": "-O3"})
+
+
+def test_each_matrix_build_has_its_own_hash() -> None:
+    text = BASE + "matrix:\n  batch_size: [1, 2, 4]\n"
+    hashes = [config_key(s, environ={}).hash for s in parse_profile(text, "m.yaml").builds]
+    assert len(set(hashes)) == 3
+    assert hashes[2] == _hash(BASE)  # batch 4 in the matrix equals batch 4 written out
+
+
+def test_hashed_fields_are_recorded() -> None:
+    key = config_key(parse_profile(BASE, "a.yaml").builds[0], environ={})
+    assert key.fields == HASHED_FIELDS
+    assert set(key.inputs) == set(HASHED_FIELDS)
+    assert "name" not in key.inputs and "description" not in key.inputs
+
+
+def test_diff_names_the_fields() -> None:
+    a = config_key(parse_profile(BASE, "a.yaml").builds[0], environ={}).inputs
+    b = config_key(parse_profile(BASE.replace("tp_degree: 8", "tp_degree: 2"), "b.yaml").builds[0], environ={}).inputs
+    assert diff_inputs(a, b) == [{"field": "tp_degree", "a": 8, "b": 2}]
+    assert diff_inputs(a, a) == []
+
+
+def test_local_model_identity_follows_config_and_headers(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 4}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    (model / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("model: {id: m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n")
+    from neuronc.profile import load_profile
+
+    first = config_key(load_profile(profile).builds[0], environ={}).hash
+    assert config_key(load_profile(profile).builds[0], environ={}).hash == first
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 8}))
+    assert config_key(load_profile(profile).builds[0], environ={}).hash != first
+
+
+def test_toolchain_key_and_label() -> None:
+    versions = {"neuronc": "0.1.0", "torch": "2.13.0", "cpu_isa": "avx2"}
+    assert toolchain_key(versions) == toolchain_key(dict(reversed(list(versions.items()))))
+    assert toolchain_key(versions) != toolchain_key({**versions, "cpu_isa": "avx512"})
+    label = toolchain_label("inductor", versions)
+    assert label.startswith("inductor-torch2.13.0-")
+    assert len(label.rsplit("-", 1)[1]) == 8
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(json_values)
+def test_canonical_json_is_stable_under_key_order(value: object) -> None:
+    text = canonical_json(value)
+    assert canonical_json(json.loads(text)) == text
+    if isinstance(value, dict):
+        assert canonical_json(dict(reversed(list(value.items())))) == text
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4, 8, 24]),
+    batch=st.integers(1, 64),
+    buckets=st.lists(st.integers(1, 4096), min_size=1, max_size=4, unique=True).map(sorted),
+)
+def test_hash_is_a_function_of_the_inputs(tp: int, batch: int, buckets: list[int]) -> None:
+    text = (
+        f"model: {{id: o/m, revision: r}}\nbackend: nxdi\ntarget: inf2\ntp_degree: {tp}\n"
+        f"batch_size: {batch}\nsequence: {{max_length: 4096, context_buckets: {buckets}}}\n"
+    )
+    assert _hash(text) == _hash(text.replace("backend: nxdi\n", "# moved\nbackend: nxdi\n"))
+    other = text.replace(f"batch_size: {batch}", f"batch_size: {batch + 1}")
+    assert _hash(text) != _hash(other)
