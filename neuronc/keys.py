@@ -61,7 +61,9 @@ def effective_compiler_flags(spec: BuildSpec, environ: Mapping[str, str] | None 
     return [f for f in flags if not f.startswith(_CACHE_ONLY_FLAGS)]
 
 
-def model_identity(spec: BuildSpec, *, resolved_revision: str | None = None, base_dir: Path | None = None) -> dict[str, Any]:
+def model_identity(
+    spec: BuildSpec, *, resolved_revision: str | None = None, base_dir: Path | None = None
+) -> dict[str, Any]:
     """Hub id + revision, or for a local directory a fingerprint of config.json and checkpoint headers."""
     from neuronc.profile import local_model_dir
 
@@ -82,7 +84,9 @@ def local_checkpoint_fingerprint(directory: Path) -> str:
     if config.is_file():
         digest.update(b"config.json\0" + config.read_bytes() + b"\0")
     weight_files = sorted(
-        p for p in directory.iterdir() if p.is_file() and (p.suffix in {".safetensors", ".bin"} or p.name.endswith(".index.json"))
+        p
+        for p in directory.iterdir()
+        if p.is_file() and (p.suffix in {".safetensors", ".bin"} or p.name.endswith(".index.json"))
     )
     for path in weight_files:
         size = path.stat().st_size
@@ -118,7 +122,9 @@ class ConfigKey:
         return self.hash[:12]
 
 
-def hashed_inputs(spec: BuildSpec, identity: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def hashed_inputs(
+    spec: BuildSpec, identity: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     seq = spec.sequence
     return {
         "model.identity": dict(identity),

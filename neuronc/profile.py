@@ -171,7 +171,7 @@ class _YamlTree:
                 return None
             return self._walk(loader, node, ())
         finally:
-            loader.dispose()  # type: ignore[no-untyped-call]
+            loader.dispose()
 
     def _walk(self, loader: yaml.SafeLoader, node: yaml.Node, path: tuple[Any, ...]) -> Any:
         self._nodes += 1
@@ -185,7 +185,7 @@ class _YamlTree:
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+                key = loader.construct_object(key_node, deep=True)
                 if not isinstance(key, str | int | float | bool) or key is None:
                     self.problems.append(self.at(path, f"keys must be plain scalars, got {key!r}", key_node))
                     continue
@@ -204,7 +204,7 @@ class _YamlTree:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self._walk(loader, child, (*path, i)) for i, child in enumerate(node.value)]
-        return loader.construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+        return loader.construct_object(node, deep=True)
 
     def position(self, path: Sequence[Any]) -> Position:
         """Best position for a field path: the key if present, else its nearest present parent."""
@@ -361,9 +361,7 @@ def _check_matrix_shape(matrix: Any, tree: _YamlTree) -> list[str]:
         if key not in MATRIX_FIELDS:
             close = difflib.get_close_matches(str(key), MATRIX_FIELDS, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            problems.append(
-                tree.at(("matrix", key), f"cannot vary '{key}'.{hint} Allowed: {', '.join(MATRIX_FIELDS)}")
-            )
+            problems.append(tree.at(("matrix", key), f"cannot vary '{key}'.{hint} Allowed: {', '.join(MATRIX_FIELDS)}"))
         elif not isinstance(values, list) or not values:
             problems.append(tree.at(("matrix", key), "must be a non-empty list of values"))
         elif len(values) != len({json.dumps(v, sort_keys=True) for v in values}):
@@ -382,7 +380,7 @@ def _matrix_combinations(matrix: Mapping[str, list[Any]]) -> list[dict[str, Any]
 
 
 def _apply_combo(data: Mapping[str, Any], combo: Mapping[str, Any]) -> dict[str, Any]:
-    result = json.loads(json.dumps({k: v for k, v in data.items() if k != "matrix"}, default=str))
+    result: dict[str, Any] = json.loads(json.dumps({k: v for k, v in data.items() if k != "matrix"}, default=str))
     for dotted, value in combo.items():
         parts = dotted.split(".")
         node = result
@@ -599,7 +597,11 @@ def _check_semantics(
         problem,
     )
     token_buckets = _resolve_buckets(
-        view.get(("sequence", "token_buckets"), (list, str)), ("sequence", "token_buckets"), max_length, "max_length", problem
+        view.get(("sequence", "token_buckets"), (list, str)),
+        ("sequence", "token_buckets"),
+        max_length,
+        "max_length",
+        problem,
     )
     target = view.get(("target",), str)
     amp_given = view.get(("amp",), str)
@@ -620,7 +622,8 @@ def _check_semantics(
         if target == "cpu":
             problem(
                 ("target",),
-                f"target 'cpu' needs the 'inductor' backend; '{name}' compiles for {', '.join(sorted(backend.targets))}",
+                f"target 'cpu' needs the 'inductor' backend; '{name}' compiles for "
+                f"{', '.join(sorted(backend.targets))}",
             )
         else:
             problem(
@@ -630,7 +633,9 @@ def _check_semantics(
     if amp_given is not None and amp_given in AMP_TO_DTYPE and amp_given not in backend.amp:
         problem(("amp",), f"'{amp_given}' is not supported by '{name}'; allowed: {', '.join(sorted(backend.amp))}")
     if task is not None and task in TASKS and task not in backend.tasks:
-        problem(("model", "task"), f"'{task}' is not supported by '{name}'; allowed: {', '.join(sorted(backend.tasks))}")
+        problem(
+            ("model", "task"), f"'{task}' is not supported by '{name}'; allowed: {', '.join(sorted(backend.tasks))}"
+        )
     if weights is not None and weights in WEIGHT_MODES and weights not in backend.weights_modes:
         problem(
             ("weights",),
@@ -640,7 +645,9 @@ def _check_semantics(
     if tp is not None and degrees is not None and tp not in degrees:
         if name == "inductor":
             others = [n for n in backend_names() if n != "inductor"]
-            message = f"the inductor backend runs tp_degree 1 only; use one of {', '.join(others)} for tensor parallelism"
+            message = (
+                f"the inductor backend runs tp_degree 1 only; use one of {', '.join(others)} for tensor parallelism"
+            )
         else:
             message = f"{tp} is not supported on {target} by '{name}'; allowed: {_ranges(degrees)}"
         problem(("tp_degree",), message)
@@ -752,8 +759,7 @@ def _check_against_config(
     if requires_divisible_heads and tp and isinstance(heads, int) and heads % tp:
         problem(
             ("tp_degree",),
-            f"{tp} does not divide the model's {heads} attention heads "
-            f"(config.json num_attention_heads)",
+            f"{tp} does not divide the model's {heads} attention heads (config.json num_attention_heads)",
         )
     limit = text.get("max_position_embeddings") or text.get("n_positions")
     if isinstance(limit, int) and max_length is not None and max_length > limit:

@@ -11,5 +11,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 ProfilesArg = Annotated[list[Path], typer.Argument(help="Profile YAML file(s).", show_default=False)]
 StoreOpt = Annotated[
     str | None,
-    typer.Option("--store", help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache."),
+    typer.Option(
+        "--store", help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache."
+    ),
 ]

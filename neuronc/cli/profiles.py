@@ -79,9 +79,7 @@ def _render_build(path: str, build: dict[str, Any]) -> None:
     seq = norm["sequence"]
     label = f"{path}" + (f" [build {build['index']}: {build['matrix']}]" if build["matrix"] else "")
     out.print(f"[bold]{label}[/bold]  ✓ valid")
-    out.print(
-        f"  model {norm['model']['id']}" + (f"@{norm['model']['revision']}" if norm["model"]["revision"] else "")
-    )
+    out.print(f"  model {norm['model']['id']}" + (f"@{norm['model']['revision']}" if norm["model"]["revision"] else ""))
     out.print(
         f"  backend {norm['backend']} · target {norm['target']} · tp {norm['tp_degree']} · "
         f"batch {norm['batch_size']} · amp {norm['amp']} · weights {norm['weights']}"
@@ -134,13 +132,20 @@ def hash_command(
                 for i, (h, _inputs, m) in enumerate(builds)
             ]
         }
-        out.result(data, lambda: out.table(["config hash", "path", "build"], [[r["config_hash"], r["path"], r["build"]] for r in data["hashes"]]))
+        out.result(
+            data,
+            lambda: out.table(
+                ["config hash", "path", "build"], [[r["config_hash"], r["path"], r["build"]] for r in data["hashes"]]
+            ),
+        )
         return
     from neuronc.keys import diff_inputs
 
     a_builds, b_builds = keyed
-    pairs = list(zip(a_builds, b_builds, strict=False)) if len(a_builds) == len(b_builds) else [(a_builds[0], b_builds[0])]
-    comparisons = []
+    pairs = (
+        list(zip(a_builds, b_builds, strict=False)) if len(a_builds) == len(b_builds) else [(a_builds[0], b_builds[0])]
+    )
+    comparisons: list[dict[str, Any]] = []
     for index, ((ha, ia, _), (hb, ib, _)) in enumerate(pairs):
         comparisons.append({"build": index, "a": ha, "b": hb, "same": ha == hb, "differences": diff_inputs(ia, ib)})
 
