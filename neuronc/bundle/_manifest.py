@@ -1,0 +1,415 @@
+"""The bundle manifest: schema v1, limits, and the checks every reader applies.
+
+A manifest is untrusted data. Everything here is pure: it parses bytes into a ``Manifest`` or raises
+``BundleFormatError`` naming every problem. No file other than the manifest is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from neuronc.errors import BundleFormatError
+
+# -- versions ---------------------------------------------------------------------------------
+# MAJOR.MINOR. A minor bump only adds optional fields (older readers ignore them); a major bump is
+# a breaking change that older readers refuse. Older majors are upgraded through _MIGRATIONS.
+SCHEMA_MAJOR = 1
+SCHEMA_MINOR = 0
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
+MANIFEST_NAME = "manifest.json"
+
+# -- limits (hostile input) -------------------------------------------------------------------
+MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+MAX_FILES = 200_000
+MAX_GRAPHS = 20_000
+MAX_SHARDS = 8_192
+MAX_STAGES = 256
+MAX_WEIGHT_FILES = 100_000
+MAX_FILE_BYTES = 1 << 42  # 4 TiB: larger than any single shard or artifact we can produce
+MAX_PATH_CHARS = 1024
+MAX_COMPONENT_BYTES = 255
+MAX_SHAPE = 1 << 24
+MAX_SECONDS = 1e9
+
+HEX64 = r"^[0-9a-f]{64}$"
+ROLE_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+ROLES = ("profile", "model", "weights", "artifact", "deploy", "log", "other")
+_ROLE_BY_DIR = {"model": "model", "weights": "weights", "artifacts": "artifact", "deploy": "deploy", "logs": "log"}
+BUNDLE_DIRS = ("model", "weights", "artifacts", "deploy", "logs")
+
+Hex64 = Annotated[str, Field(pattern=HEX64, description="SHA-256, 64 lowercase hex digits")]
+Count = Annotated[int, Field(ge=0, le=MAX_SHAPE)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+ShortText = Annotated[str, Field(max_length=4096)]
+BundlePath = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS, description="relative POSIX path")]
+
+
+class NewerSchemaError(BundleFormatError):
+    """The manifest was written by a newer neuronc (a newer major schema)."""
+
+    kind = "bundle_schema_newer"
+
+
+class _Record(BaseModel):
+    # Unknown keys are ignored rather than refused: a newer minor schema only adds fields.
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+
+class FileEntry(_Record):
+    """One file of the bundle, as written."""
+
+    path: BundlePath
+    size: int = Field(ge=0, le=MAX_FILE_BYTES)
+    sha256: Hex64
+    role: str = Field(pattern=ROLE_PATTERN, description="profile | model | weights | artifact | deploy | log | other")
+
+
+class Graph(_Record):
+    """One compiled graph: a role at one (batch, bucket) shape, and the artifact that holds it."""
+
+    name: ShortText
+    role: ShortText
+    batch: Count
+    bucket: Count
+    artifact: BundlePath | None = Field(default=None, description="file (or directory prefix) holding the graph")
+    compile_seconds: Seconds = 0.0
+    cache_hit: bool = False
+
+
+class Shard(_Record):
+    """One tensor-parallel weight shard."""
+
+    rank: Count
+    file: BundlePath
+    bytes: int = Field(ge=0, le=MAX_FILE_BYTES)
+    sha256: Hex64
+
+
+class WeightFile(_Record):
+    """One file of the original checkpoint (a name in the source, not a bundle path)."""
+
+    path: Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+    size: int | None = Field(default=None, ge=0, le=MAX_FILE_BYTES)
+    sha256: Hex64 | None = None
+
+
+class WeightsSource(_Record):
+    """Where the weights came from."""
+
+    id: ShortText | None = Field(default=None, description="hub id or local path")
+    revision: ShortText | None = None
+    mode: ShortText | None = Field(default=None, description="presharded | on-load | reference")
+    files: list[WeightFile] = Field(default_factory=list, max_length=MAX_WEIGHT_FILES)
+
+
+class Stage(_Record):
+    """Wall time and peak resident memory of one pipeline stage."""
+
+    name: ShortText
+    wall_seconds: Seconds
+    peak_rss_bytes: int | None = Field(default=None, ge=0, le=1 << 50)
+
+
+class HostInfo(_Record):
+    hostname: ShortText = ""
+    platform: ShortText = ""
+    machine: ShortText = ""
+    python: ShortText = ""
+
+
+class Manifest(_Record):
+    """``manifest.json``: what a bundle is, what built it, and every file it holds."""
+
+    schema_version: str = Field(default=SCHEMA_VERSION, pattern=r"^\d{1,4}\.\d{1,4}$")
+    neuronc_version: ShortText
+    created_at: ShortText = Field(description="ISO 8601, UTC")
+    host: HostInfo = Field(default_factory=HostInfo)
+    backend: ShortText
+    target: ShortText
+    profile: dict[str, Any] = Field(description="the normalized build spec (BuildSpec.normalized())")
+    config_hash: Hex64
+    hashed_fields: list[ShortText] = Field(default_factory=list, max_length=1024)
+    hashed_inputs: dict[str, Any] = Field(default_factory=dict)
+    toolchain: dict[str, str | None] = Field(default_factory=dict)
+    toolchain_key: Hex64
+    graphs: list[Graph] = Field(default_factory=list, max_length=MAX_GRAPHS)
+    shards: list[Shard] = Field(default_factory=list, max_length=MAX_SHARDS)
+    weights: WeightsSource | None = None
+    stages: list[Stage] = Field(default_factory=list, max_length=MAX_STAGES)
+    files: list[FileEntry] = Field(default_factory=list, max_length=MAX_FILES)
+    extra: dict[str, Any] = Field(default_factory=dict, description="backend-specific (e.g. load_snippet)")
+
+    @field_validator("created_at")
+    @classmethod
+    def _iso_time(cls, value: str) -> str:
+        datetime.fromisoformat(value)
+        return value
+
+    # -- conveniences (never raise on odd but valid data) -----------------------------------
+    def _profile_get(self, *keys: str) -> Any:
+        node: Any = self.profile
+        for key in keys:
+            if not isinstance(node, Mapping):
+                return None
+            node = node.get(key)
+        return node
+
+    @property
+    def schema_major(self) -> int:
+        return int(self.schema_version.split(".")[0])
+
+    @property
+    def model_id(self) -> str | None:
+        value = self._profile_get("model", "id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def model_revision(self) -> str | None:
+        value = self._profile_get("model", "revision")
+        return value if isinstance(value, str) else None
+
+    @property
+    def tp_degree(self) -> int | None:
+        value = self._profile_get("tp_degree")
+        return value if isinstance(value, int) else None
+
+    @property
+    def batch_size(self) -> int | None:
+        value = self._profile_get("batch_size")
+        return value if isinstance(value, int) else None
+
+    @property
+    def dtype(self) -> str | None:
+        amp = self._profile_get("amp")
+        return {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}.get(amp) if isinstance(amp, str) else None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def file(self, path: str) -> FileEntry | None:
+        for entry in self.files:
+            if entry.path == path:
+                return entry
+        return None
+
+    def artifact_bytes(self, artifact: str | None) -> int | None:
+        """Size of a graph's artifact: one file, or every file under a directory prefix."""
+        if not artifact:
+            return None
+        prefix = artifact.rstrip("/") + "/"
+        sizes = [f.size for f in self.files if f.path == artifact or f.path.startswith(prefix)]
+        return sum(sizes) if sizes else None
+
+    def to_json_text(self) -> str:
+        """The manifest as written: schema_version first, two-space indent, trailing newline."""
+        return json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+def path_problem(path: str) -> str | None:
+    """Why a manifest path is unsafe (absolute, '..', odd characters), or None when it is fine."""
+    if not path:
+        return "empty path"
+    if len(path) > MAX_PATH_CHARS:
+        return f"path longer than {MAX_PATH_CHARS} characters"
+    if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+        return "absolute path"
+    if "\\" in path:
+        return "backslash in path (paths are POSIX)"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "control character in path"
+    parts = path.split("/")
+    if ".." in parts:
+        return "'..' in path"
+    if any(p in ("", ".") for p in parts):
+        return "empty or '.' path component"
+    if any(len(p.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES for p in parts):
+        return f"path component longer than {MAX_COMPONENT_BYTES} bytes"
+    if path == MANIFEST_NAME:
+        return "the manifest cannot list itself"
+    return None
+
+
+def role_for(path: str) -> str:
+    """The default role of a bundle path, from its top-level directory."""
+    if path == "profile.yaml":
+        return "profile"
+    return _ROLE_BY_DIR.get(path.split("/", 1)[0], "other")
+
+
+def safe_text(value: object, limit: int = 200) -> str:
+    """A manifest value made safe to show: no control characters, bounded length."""
+    text = str(value)
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text[: limit * 2])
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def semantic_problems(manifest: Manifest) -> list[str]:
+    """Problems pydantic cannot see: unsafe or duplicate paths, dangling references, keys."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for file in manifest.files:
+        why = path_problem(file.path)
+        if why:
+            problems.append(f"files: {safe_text(file.path)}: {why}")
+        elif file.path in seen:
+            problems.append(f"files: {safe_text(file.path)}: duplicate entry")
+        seen.add(file.path)
+    # A path cannot be both a file and a directory holding other files.
+    directories = {p.rsplit("/", 1)[0] for p in seen if "/" in p}
+    expanded: set[str] = set()
+    for d in directories:
+        parts = d.split("/")
+        expanded.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    for clash in sorted(seen & expanded)[:20]:
+        problems.append(f"files: {safe_text(clash)}: listed as a file and as a directory")
+    by_path = {f.path: f for f in manifest.files}
+    ranks: set[int] = set()
+    for shard in manifest.shards:
+        why = path_problem(shard.file)
+        entry = by_path.get(shard.file)
+        if why:
+            problems.append(f"shards: rank {shard.rank}: {safe_text(shard.file)}: {why}")
+        elif entry is None:
+            problems.append(f"shards: rank {shard.rank}: {safe_text(shard.file)} is not in files")
+        elif entry.sha256 != shard.sha256 or entry.size != shard.bytes:
+            problems.append(f"shards: rank {shard.rank}: {safe_text(shard.file)} disagrees with its files entry")
+        if shard.rank in ranks:
+            problems.append(f"shards: rank {shard.rank} listed twice")
+        ranks.add(shard.rank)
+    for graph in manifest.graphs:
+        if graph.artifact is None:
+            continue
+        why = path_problem(graph.artifact.rstrip("/"))
+        if why:
+            problems.append(f"graphs: {safe_text(graph.name)}: artifact {safe_text(graph.artifact)}: {why}")
+        elif manifest.artifact_bytes(graph.artifact) is None:
+            problems.append(f"graphs: {safe_text(graph.name)}: artifact {safe_text(graph.artifact)} is not in files")
+    return problems
+
+
+# -- parsing --------------------------------------------------------------------------------------
+
+
+def _no_constants(name: str) -> Any:
+    msg = f"{name} is not valid JSON"
+    raise ValueError(msg)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            msg = f"duplicate key {safe_text(key, 60)!r}"
+            raise ValueError(msg)
+        result[key] = value
+    return result
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        msg = f"number {safe_text(text, 40)} is out of range"
+        raise ValueError(msg)
+    return value
+
+
+# Upgrades from an older major version to the next one: {old_major: function(dict) -> dict}.
+# Schema 1 is the first released format, so nothing needs upgrading yet; the reader runs this
+# chain so that when schema 2 lands, version-1 manifests keep reading.
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+_MIGRATIONS: dict[int, Migration] = {}
+
+
+def _version_of(data: Mapping[str, Any], where: str) -> tuple[int, int]:
+    raw = data.get("schema_version")
+    if isinstance(raw, bool) or raw is None:
+        raise BundleFormatError(f"{where}: schema_version is missing", hint="is this a neuronc bundle?")
+    if isinstance(raw, int):
+        return raw, 0
+    if isinstance(raw, str) and re.fullmatch(r"\d{1,4}(\.\d{1,4})?", raw):
+        major, _, minor = raw.partition(".")
+        return int(major), int(minor or 0)
+    raise BundleFormatError(f"{where}: schema_version {safe_text(raw, 40)!r} is not MAJOR.MINOR")
+
+
+def parse_manifest(raw: bytes, *, where: str = MANIFEST_NAME) -> Manifest:
+    """Parse and check manifest bytes; raise BundleFormatError (exit 2) naming every problem."""
+    if len(raw) > MAX_MANIFEST_BYTES:
+        msg = f"{where}: manifest is larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB"
+        raise BundleFormatError(msg)
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(
+            text,
+            parse_constant=_no_constants,
+            parse_float=_finite_float,
+            object_pairs_hook=_no_duplicate_keys,
+        )
+    except UnicodeDecodeError:
+        raise BundleFormatError(f"{where}: not UTF-8 text") from None
+    except RecursionError:
+        raise BundleFormatError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError is a ValueError, and so are our hooks
+        raise BundleFormatError(f"{where}: not valid JSON: {safe_text(exc, 200)}") from None
+    if not isinstance(data, dict):
+        raise BundleFormatError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    major, minor = _version_of(data, where)
+    if major > SCHEMA_MAJOR:
+        msg = f"{where}: manifest schema {major}.{minor} is newer than this neuronc reads ({SCHEMA_VERSION})"
+        raise NewerSchemaError(msg, hint="upgrade neuronc (pip install -U neuronc) to read this bundle")
+    while major < SCHEMA_MAJOR:
+        migrate = _MIGRATIONS.get(major)
+        if migrate is None:
+            msg = f"{where}: manifest schema {major}.{minor} is too old to read (this neuronc reads {SCHEMA_VERSION})"
+            raise BundleFormatError(msg, hint="rebuild the bundle with this neuronc")
+        data = migrate(data)
+        major, minor = _version_of(data, where)
+    data["schema_version"] = f"{major}.{minor}"
+    return _validate(data, where)
+
+
+def _validate(data: dict[str, Any], where: str) -> Manifest:
+    try:
+        manifest = Manifest.model_validate(data)
+    except ValidationError as exc:
+        details = [_format_error(e) for e in exc.errors(include_input=False, include_url=False)[:20]]
+        more = exc.error_count() - len(details)
+        if more > 0:
+            details.append(f"... and {more} more")
+        raise BundleFormatError(f"{where}: invalid manifest ({exc.error_count()} problems)", details=details) from None
+    except RecursionError:
+        raise BundleFormatError(f"{where}: manifest nested too deeply") from None
+    problems = semantic_problems(manifest)
+    if problems:
+        details = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        raise BundleFormatError(f"{where}: unsafe or inconsistent manifest ({len(problems)} problems)", details=details)
+    return manifest
+
+
+def _format_error(error: Mapping[str, Any]) -> str:
+    loc = ".".join(safe_text(p, 40) for p in error.get("loc", ())) or "<root>"
+    return f"{loc}: {safe_text(error.get('msg', 'invalid'), 200)}"
+
+
+def manifest_json_schema() -> dict[str, Any]:
+    """The JSON Schema of manifest.json (docs/manifest.schema.json is generated from this)."""
+    schema = Manifest.model_json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://github.com/neuronc/neuronc/blob/main/docs/manifest.schema.json"
+    schema["title"] = f"neuronc bundle manifest (schema {SCHEMA_VERSION})"
+    return schema
+
+
+def iter_unique(values: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(values))

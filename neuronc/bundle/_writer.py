@@ -1,0 +1,519 @@
+"""BundleWriter: build a bundle in staging, hash while writing, write the manifest last, publish atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import resource
+import secrets
+import shutil
+import socket
+import stat
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO
+
+from neuronc.bundle._fs import (
+    CHUNK,
+    LOCK_SUFFIX,
+    STAGING_PREFIX,
+    TRASH_PREFIX,
+    OwnerLock,
+    fsync_path,
+    fsync_tree_dirs,
+    hash_fd,
+    remove_tree,
+    sweep_work_dir,
+)
+from neuronc.bundle._manifest import (
+    BUNDLE_DIRS,
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    FileEntry,
+    Manifest,
+    path_problem,
+    role_for,
+    semantic_problems,
+)
+from neuronc.errors import InvalidInputError
+
+_FIELDS = frozenset(
+    {
+        "backend",
+        "target",
+        "profile",
+        "spec",
+        "config_key",
+        "config_hash",
+        "hashed_fields",
+        "hashed_inputs",
+        "toolchain",
+        "toolchain_key",
+        "graphs",
+        "shards",
+        "weights",
+        "stages",
+        "extra",
+        "created_at",
+        "host",
+        "neuronc_version",
+    }
+)
+
+
+class BundleExistsError(InvalidInputError):
+    """The destination already holds something and overwriting was not asked for."""
+
+    kind = "bundle_exists"
+
+
+class HashingFile:
+    """A binary file in staging that computes its SHA-256 while it is written."""
+
+    def __init__(self, writer: BundleWriter, rel: str, role: str, path: Path) -> None:
+        self._writer = writer
+        self.rel = rel
+        self.role = role
+        self.name = str(path)
+        self._file: BinaryIO = path.open("xb")
+        self._digest = hashlib.sha256()
+        self._size = 0
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._digest.update(data)
+        self._size += len(data) if not isinstance(data, memoryview) else data.nbytes
+        return self._file.write(data)
+
+    def writelines(self, lines: Sequence[bytes]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def tell(self) -> int:
+        return self._size
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False  # seeking back would invalidate the running hash
+
+    def close(self) -> None:
+        """Flush, fsync and record the file in the bundle."""
+        if self.closed:
+            return
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self.closed = True
+        self._writer._record(self.rel, self.role, self._size, self._digest.hexdigest())
+
+    def discard(self) -> None:
+        """Close and delete a partial file (used when the producer failed)."""
+        if not self.closed:
+            self._file.close()
+            self.closed = True
+            Path(self.name).unlink(missing_ok=True)
+
+    def __enter__(self) -> HashingFile:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
+
+
+class BundleWriter:
+    """Write one bundle into a staging directory and publish it atomically at ``destination``.
+
+    Args:
+        destination: where the finished bundle appears (a store path or an explicit output dir).
+        overwrite: replace an existing bundle at ``destination`` (it moves aside first, then goes).
+        work_dir: where staging lives; must be on the destination's filesystem (default: its parent).
+
+    ``path`` is the staging directory, with ``model/ weights/ artifacts/ deploy/ logs/`` ready. Files
+    enter the bundle through ``open``, ``add_file``, ``write_bytes`` or ``adopt``; ``finish`` writes
+    ``manifest.json`` last, fsyncs, and renames. Leaving the ``with`` block without ``finish`` (or on
+    an exception) removes the staging directory. A process killed at any instant leaves either no
+    bundle at ``destination`` or a complete one; its staging leftovers are swept by the next writer
+    for the same destination or by ``Store.gc``.
+    """
+
+    def __init__(
+        self,
+        destination: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        work_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.destination = Path(os.path.abspath(destination))
+        self.overwrite = overwrite
+        self.work_dir = Path(os.path.abspath(work_dir)) if work_dir is not None else self.destination.parent
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.destination.parent.mkdir(parents=True, exist_ok=True)
+        if not overwrite:
+            self._check_destination_free()
+        sweep_work_dir(self.work_dir, self.destination.name)
+        self._files: dict[str, FileEntry] = {}
+        self._stages: list[dict[str, Any]] = []
+        self._finished: Path | None = None
+        self._closed = False
+        self.path, self._owner = self._make_staging()
+        for sub in BUNDLE_DIRS:
+            (self.path / sub).mkdir()
+
+    # -- staging ------------------------------------------------------------------------------
+    def _make_staging(self) -> tuple[Path, OwnerLock]:
+        for _ in range(100):
+            name = f"{STAGING_PREFIX}{self.destination.name}-{os.getpid()}-{secrets.token_hex(4)}"
+            owner = OwnerLock.create(self.work_dir / (name + LOCK_SUFFIX))
+            if owner is None:
+                continue
+            path = self.work_dir / name
+            try:
+                path.mkdir(mode=0o755)
+            except FileExistsError:
+                owner.release()
+                continue
+            return path, owner
+        msg = f"cannot create a staging directory in {self.work_dir}"
+        raise OSError(msg)
+
+    def _check_destination_free(self) -> None:
+        dest = self.destination
+        if dest.is_symlink() or (dest.exists() and not (dest.is_dir() and not any(dest.iterdir()))):
+            msg = f"{dest} already exists"
+            raise BundleExistsError(msg, hint="choose another output directory, or pass --force to replace it")
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / "model"
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.path / "weights"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.path / "artifacts"
+
+    @property
+    def deploy_dir(self) -> Path:
+        return self.path / "deploy"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    def _target(self, rel: str, *, create_parent: bool = True) -> Path:
+        self._check_open()
+        why = path_problem(rel)
+        if why:
+            msg = f"bundle path {rel!r}: {why}"
+            raise ValueError(msg)
+        target = self.path / rel
+        if create_parent:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def _check_open(self) -> None:
+        if self._closed:
+            msg = "this BundleWriter is finished or aborted"
+            raise RuntimeError(msg)
+
+    def _record(self, rel: str, role: str | None, size: int, sha256: str) -> FileEntry:
+        entry = FileEntry(path=rel, size=size, sha256=sha256, role=role or role_for(rel))
+        self._files[rel] = entry
+        return entry
+
+    # -- adding files -------------------------------------------------------------------------
+    def open(self, rel_path: str, role: str | None = None) -> HashingFile:
+        """A new file in the bundle that hashes while it is written; closing it records it."""
+        target = self._target(rel_path)
+        return HashingFile(self, rel_path, role or role_for(rel_path), target)
+
+    def write_bytes(self, rel_path: str, data: bytes, role: str | None = None) -> FileEntry:
+        with self.open(rel_path, role) as f:
+            f.write(data)
+        return self._files[rel_path]
+
+    def write_text(self, rel_path: str, text: str, role: str | None = None) -> FileEntry:
+        return self.write_bytes(rel_path, text.encode("utf-8"), role)
+
+    def add_file(
+        self, rel_path: str, role: str | None = None, source_path: str | os.PathLike[str] | None = None
+    ) -> FileEntry:
+        """Copy ``source_path`` into the bundle (hashing as it copies); with no source, adopt the staged file."""
+        if source_path is None:
+            return self.adopt(rel_path, role)
+        with Path(source_path).open("rb") as src, self.open(rel_path, role) as dst:
+            buffer = bytearray(CHUNK)
+            view = memoryview(buffer)
+            while n := src.readinto(buffer):
+                dst.write(view[:n])
+        return self._files[rel_path]
+
+    def adopt(
+        self, rel_path: str, role: str | None = None, *, sha256: str | None = None, size: int | None = None
+    ) -> FileEntry:
+        """Record a file a producer already wrote into staging (hashing it once unless ``sha256`` is given)."""
+        target = self._target(rel_path, create_parent=False)
+        st = target.lstat()
+        if not stat.S_ISREG(st.st_mode):
+            msg = f"{rel_path}: only regular files can enter a bundle"
+            raise ValueError(msg)
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            if sha256 is None:
+                sha256, actual = hash_fd(fd)
+            else:
+                actual = os.fstat(fd).st_size
+                if size is not None and size != actual:
+                    msg = f"{rel_path}: producer reported {size} bytes, the file has {actual}"
+                    raise ValueError(msg)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return self._record(rel_path, role, actual, sha256.lower())
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time a pipeline stage; the manifest records its wall time and the peak RSS so far."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._stages.append(
+                {
+                    "name": name,
+                    "wall_seconds": round(time.perf_counter() - start, 6),
+                    "peak_rss_bytes": peak_rss_bytes(),
+                }
+            )
+
+    @property
+    def files(self) -> dict[str, FileEntry]:
+        return dict(self._files)
+
+    # -- finishing ----------------------------------------------------------------------------
+    def _adopt_unrecorded(self) -> None:
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            for name in dirnames + filenames:
+                full = Path(dirpath) / name
+                rel = full.relative_to(self.path).as_posix()
+                st = full.lstat()
+                if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                    msg = f"{rel}: bundles hold regular files only (found a symlink or special file)"
+                    raise ValueError(msg)
+                if stat.S_ISREG(st.st_mode) and rel not in self._files and rel != MANIFEST_NAME:
+                    self.adopt(rel)
+        for rel, entry in list(self._files.items()):
+            try:
+                size = (self.path / rel).lstat().st_size
+            except FileNotFoundError:
+                msg = f"{rel} was recorded but no longer exists in staging"
+                raise ValueError(msg) from None
+            if size != entry.size:
+                msg = f"{rel} changed after it was recorded ({entry.size} -> {size} bytes)"
+                raise ValueError(msg)
+
+    def build_manifest(self, fields: Mapping[str, Any]) -> Manifest:
+        """The manifest ``finish`` would write (files as recorded so far)."""
+        data = manifest_data(fields, self._files, self._stages)
+        manifest = Manifest.model_validate(data, strict=False)
+        problems = semantic_problems(manifest)
+        if problems:
+            msg = "inconsistent manifest fields: " + "; ".join(problems[:10])
+            raise ValueError(msg)
+        return manifest
+
+    def finish(self, manifest_fields: Mapping[str, Any]) -> Path:
+        """Write manifest.json last, fsync everything, rename into place; return the bundle path."""
+        self._check_open()
+        try:
+            self._adopt_unrecorded()
+            manifest = self.build_manifest(manifest_fields)
+            manifest_path = self.path / MANIFEST_NAME
+            with manifest_path.open("x", encoding="utf-8") as f:
+                f.write(manifest.to_json_text())
+                f.flush()
+                os.fsync(f.fileno())
+            fsync_tree_dirs(self.path)
+            self._publish()
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        self._owner.release()
+        self._finished = self.destination
+        return self.destination
+
+    def _publish(self) -> None:
+        dest = self.destination
+        trash: Path | None = None
+        try:
+            os.rename(self.path, dest)  # atomic; replaces an empty directory
+        except OSError:
+            if not dest.exists() and not dest.is_symlink():
+                raise
+            if not self.overwrite:
+                msg = f"{dest} already exists"
+                raise BundleExistsError(msg, hint="pass --force to replace it") from None
+            trash = self.work_dir / f"{TRASH_PREFIX}{dest.name}-{os.getpid()}-{secrets.token_hex(4)}"
+            os.rename(dest, trash)
+            os.rename(self.path, dest)
+        fsync_path(dest.parent, directory=True)
+        if self.work_dir != dest.parent:
+            fsync_path(self.work_dir, directory=True)
+        if trash is not None:
+            remove_tree(trash)
+
+    def abort(self) -> None:
+        """Remove the staging directory; the destination is untouched."""
+        if self._closed:
+            return
+        self._closed = True
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._owner.release()
+
+    def __enter__(self) -> BundleWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.abort()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            with contextlib.suppress(Exception):
+                self.abort()
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process and its waited-for children, in bytes."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    scale = 1 if sys.platform == "darwin" else 1024  # Linux reports KiB
+    return max(own, children) * scale
+
+
+def host_info() -> dict[str, str]:
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+
+
+def manifest_data(
+    fields: Mapping[str, Any], files: Mapping[str, FileEntry], recorded_stages: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Turn the pipeline's inputs into manifest data (filling what can be derived)."""
+    from neuronc import __version__
+    from neuronc.keys import toolchain_key
+
+    unknown = sorted(set(fields) - _FIELDS)
+    if unknown:
+        msg = f"unknown manifest fields: {', '.join(unknown)} (known: {', '.join(sorted(_FIELDS))})"
+        raise ValueError(msg)
+    f = dict(fields)
+    spec = f.pop("spec", None)
+    if spec is not None:
+        f.setdefault("profile", spec.normalized())
+        f.setdefault("backend", spec.backend)
+        f.setdefault("target", spec.target)
+    key = f.pop("config_key", None)
+    if key is not None:
+        f.setdefault("config_hash", key.hash)
+        f.setdefault("hashed_inputs", dict(key.inputs))
+        f.setdefault("hashed_fields", list(key.fields))
+    profile = f.get("profile") or {}
+    f.setdefault("backend", profile.get("backend"))
+    f.setdefault("target", profile.get("target"))
+    toolchain = dict(f.get("toolchain") or {})
+    expected_key = toolchain_key(toolchain)
+    if f.get("toolchain_key") not in (None, expected_key):
+        msg = "toolchain_key does not match toolchain (compute it with neuronc.keys.toolchain_key)"
+        raise ValueError(msg)
+    by_path = dict(files)
+    graphs = [_graph(g) for g in f.get("graphs") or ()]
+    shards = [_shard(s, by_path) for s in f.get("shards") or ()]
+    stages = _stages(f.get("stages")) + [dict(s) for s in recorded_stages]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "neuronc_version": f.get("neuronc_version") or __version__,
+        "created_at": f.get("created_at") or datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": f.get("host") or host_info(),
+        "backend": f.get("backend"),
+        "target": f.get("target"),
+        "profile": profile,
+        "config_hash": f.get("config_hash"),
+        "hashed_fields": list(f.get("hashed_fields") or []),
+        "hashed_inputs": dict(f.get("hashed_inputs") or {}),
+        "toolchain": toolchain,
+        "toolchain_key": expected_key,
+        "graphs": graphs,
+        "shards": shards,
+        "weights": f.get("weights"),
+        "stages": stages,
+        # Sort by path so the manifest is byte-identical across runs.
+        "files": [by_path[p].model_dump() for p in sorted(by_path)],
+        "extra": dict(f.get("extra") or {}),
+    }
+
+
+def _graph(graph: Any) -> dict[str, Any]:
+    if isinstance(graph, Mapping):
+        data = dict(graph)
+    else:  # neuronc.backends.base.CompiledGraph (or anything shaped like it)
+        spec = getattr(graph, "graph", graph)
+        data = {
+            "role": spec.role,
+            "batch": spec.batch,
+            "bucket": spec.bucket,
+            "artifact": getattr(graph, "artifact", None),
+            "compile_seconds": getattr(graph, "compile_seconds", 0.0),
+            "cache_hit": getattr(graph, "cache_hit", False),
+            "name": spec.name,
+        }
+    if "name" not in data:
+        from neuronc.backends.base import GraphSpec
+
+        data["name"] = GraphSpec(data["role"], data["batch"], data["bucket"]).name
+    data["compile_seconds"] = float(data.get("compile_seconds") or 0.0)
+    return data
+
+
+def _shard(shard: Any, files: Mapping[str, FileEntry]) -> dict[str, Any]:
+    data = dict(shard) if isinstance(shard, Mapping) else {"rank": shard.rank, "file": shard.file}
+    entry = files.get(data["file"])
+    if entry is not None:
+        data.setdefault("bytes", entry.size)
+        data.setdefault("sha256", entry.sha256)
+    return data
+
+
+def _stages(stages: Any) -> list[dict[str, Any]]:
+    if not stages:
+        return []
+    if isinstance(stages, Mapping):
+        return [{"name": name, **dict(values)} for name, values in stages.items()]
+    return [dict(s) for s in stages]

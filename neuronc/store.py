@@ -1,0 +1,495 @@
+"""The local bundle store: complete bundles by (config hash, toolchain key), with per-key locks.
+
+Layout, readable by people; the full keys live in each manifest::
+
+    <store>/<model-slug>/<toolchain-label>/<config-hash[:16]>/   a complete bundle (manifest.json inside)
+    <store>/.staging/                                            bundles being written, and trash
+    <store>/.locks/<config-hash[:16]>-<toolchain-key[:16]>.lock  one lock per key
+
+Publishing is atomic (``BundleWriter``: staging on the same filesystem, fsync, rename), so every
+directory at bundle depth is complete unless someone copied it there by hand; ``gc`` removes those,
+staging leftovers of killed builds, and stale locks.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
+from neuronc.bundle._fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
+from neuronc.errors import BundleFormatError, InvalidInputError
+
+STORE_ENV = "NEURONC_STORE"
+HASH_PREFIX = 16
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+def default_store_path() -> Path:
+    """$NEURONC_STORE, else $XDG_CACHE_HOME/neuronc/bundles, else ~/.cache/neuronc/bundles."""
+    env = os.environ.get(STORE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "neuronc" / "bundles"
+
+
+def model_slug(model_id: str | None) -> str:
+    """A directory name for a model: ``org--name`` for hub ids, ``local--name`` for directories."""
+    if not model_id:
+        return "unknown-model"
+    if model_id.startswith(("/", ".", "~")) or os.path.isdir(model_id):
+        raw = "local--" + (Path(model_id.rstrip("/")).name or "model")
+    else:
+        raw = model_id.replace("/", "--")
+    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in raw).lstrip(".")
+    return safe[:100] or "model"
+
+
+def _check_hex(value: str, what: str) -> str:
+    value = value.lower()
+    if not _HEX.match(value):
+        msg = f"{what} must be hexadecimal, got {value!r}"
+        raise InvalidInputError(msg)
+    return value
+
+
+@dataclass
+class StoreEntry:
+    """One complete bundle in the store."""
+
+    path: Path
+    manifest: Manifest
+    size: int
+
+    @property
+    def key(self) -> str:
+        return self.manifest.config_hash[:12]
+
+    def to_json(self, now: float | None = None) -> dict[str, Any]:
+        m = self.manifest
+        return {
+            "key": self.key,
+            "config_hash": m.config_hash,
+            "toolchain_key": m.toolchain_key,
+            "toolchain_label": self.path.parent.name,
+            "model": m.model_id,
+            "backend": m.backend,
+            "target": m.target,
+            "size": self.size,
+            "created_at": m.created_at,
+            "age_seconds": _age(m.created_at, now),
+            "path": str(self.path),
+        }
+
+
+def _age(created_at: str, now: float | None) -> float | None:
+    try:
+        created = datetime.fromisoformat(created_at)
+    except ValueError:
+        return None
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=UTC)
+    return round((now if now is not None else time.time()) - created.timestamp(), 1)
+
+
+@dataclass
+class Removed:
+    path: str
+    bytes: int
+    reason: str
+
+
+@dataclass
+class GcReport:
+    """What ``Store.gc`` removed and how many bytes that freed."""
+
+    removed: list[Removed] = field(default_factory=list)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(r.bytes for r in self.removed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bytes_freed": self.bytes_freed,
+            "removed": [{"path": r.path, "bytes": r.bytes, "reason": r.reason} for r in self.removed],
+        }
+
+
+@dataclass
+class Nearest:
+    """The stored bundle closest to a missed key, and what differs."""
+
+    path: Path
+    manifest: Manifest
+    differences: list[dict[str, Any]]
+    same_toolchain: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "config_hash": self.manifest.config_hash,
+            "toolchain_key": self.manifest.toolchain_key,
+            "same_toolchain": self.same_toolchain,
+            "differences": self.differences,
+        }
+
+
+class KeyLock:
+    """An exclusive per-key lock (flock); the kernel frees it if the holder dies."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = -1
+
+    def acquire(self, *, timeout: float | None = None, on_wait: Callable[[str], None] | None = None) -> None:
+        """Block until the lock is ours (or raise TimeoutError after ``timeout`` seconds)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.005
+        told = False
+        while True:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if deadline is not None and time.monotonic() >= deadline:
+                    msg = f"timed out waiting for {self.path}"
+                    raise TimeoutError(msg) from None
+                if not told and on_wait is not None:
+                    told = True
+                    on_wait(self.holder() or "another process")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+                continue
+            # gc may have unlinked the file we opened; then our lock guards nothing: start over.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} since {datetime.now(UTC).isoformat(timespec='seconds')}\n".encode())
+            self._fd = fd
+            return
+
+    def holder(self) -> str | None:
+        try:
+            return self.path.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # closing drops the flock; the file stays for the next builder
+            self._fd = -1
+
+    @property
+    def held(self) -> bool:
+        return self._fd >= 0
+
+
+class Store:
+    """A directory of complete bundles keyed by (config hash, toolchain key)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(os.path.abspath(Path(root).expanduser()))
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    @classmethod
+    def default(cls) -> Store:
+        """The user's store: $NEURONC_STORE, else the user cache directory (XDG_CACHE_HOME-aware)."""
+        return cls(default_store_path())
+
+    @classmethod
+    def from_option(cls, value: str | os.PathLike[str] | None) -> Store:
+        """The store named by ``--store`` (a directory), else the default."""
+        if value is None or str(value) == "":
+            return cls.default()
+        text = str(value)
+        if text.startswith("file://"):
+            text = text[len("file://") :]
+        elif "://" in text:
+            msg = f"--store {text}: remote stores cannot be used here"
+            raise InvalidInputError(msg, hint="pass a local directory (remote stores are for publish and fetch)")
+        return cls(text)
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.root / ".staging"
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.root / ".locks"
+
+    # -- keys and paths ---------------------------------------------------------------------
+    def bundle_path(
+        self, *, model_id: str | None, backend: str, toolchain: Mapping[str, str | None], config_hash: str
+    ) -> Path:
+        """Where the bundle for these keys lives: <store>/<model-slug>/<toolchain-label>/<hash prefix>/."""
+        from neuronc.keys import toolchain_label
+
+        config_hash = _check_hex(config_hash, "config hash")
+        return self.root / model_slug(model_id) / toolchain_label(backend, toolchain) / config_hash[:HASH_PREFIX]
+
+    def _candidates(self, config_hash: str, toolchain_key: str) -> list[Path]:
+        config_hash = _check_hex(config_hash, "config hash")
+        toolchain_key = _check_hex(toolchain_key, "toolchain key")
+        if not self.root.is_dir():
+            return []
+        return sorted(self.root.glob(f"*/*-{toolchain_key[:8]}/{config_hash[:HASH_PREFIX]}"))
+
+    def lookup(self, config_hash: str, toolchain_key: str) -> Path | None:
+        """The complete bundle for these full keys, or None (incomplete or unreadable dirs do not count)."""
+        for path in self._candidates(config_hash, toolchain_key):
+            try:
+                manifest = read_manifest(path)
+            except BundleFormatError:
+                continue
+            if manifest.config_hash == config_hash.lower() and manifest.toolchain_key == toolchain_key.lower():
+                return path
+        return None
+
+    @contextlib.contextmanager
+    def lock(
+        self,
+        config_hash: str,
+        toolchain_key: str,
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> Iterator[KeyLock]:
+        """Hold the per-key lock: concurrent builders of one key compile once, the others wait and reuse.
+
+        ``on_wait(holder)`` is called once if another process holds the lock.
+        """
+        config_hash = _check_hex(config_hash, "config hash")
+        toolchain_key = _check_hex(toolchain_key, "toolchain key")
+        name = f"{config_hash[:HASH_PREFIX]}-{toolchain_key[:HASH_PREFIX]}{LOCK_SUFFIX}"
+        key_lock = KeyLock(self.locks_dir / name)
+        key_lock.acquire(timeout=timeout, on_wait=on_wait)
+        try:
+            yield key_lock
+        finally:
+            key_lock.release()
+
+    def writer(
+        self,
+        *,
+        config_hash: str,
+        toolchain: Mapping[str, str | None],
+        backend: str,
+        model_id: str | None,
+    ) -> BundleWriter:
+        """A BundleWriter staging inside this store that publishes at this key's path.
+
+        Call it while holding ``lock(config_hash, toolchain_key(toolchain))``.
+        """
+        dest = self.bundle_path(model_id=model_id, backend=backend, toolchain=toolchain, config_hash=config_hash)
+        return BundleWriter(dest, overwrite=True, work_dir=self.staging_dir)
+
+    def get_or_build(
+        self,
+        config_hash: str,
+        toolchain_key: str,
+        build: Callable[[], Path],
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> tuple[Path, bool]:
+        """Return (bundle, built): reuse a stored bundle, or build it once under the key lock."""
+        hit = self.lookup(config_hash, toolchain_key)
+        if hit is not None:
+            return hit, False
+        with self.lock(config_hash, toolchain_key, timeout=timeout, on_wait=on_wait):
+            hit = self.lookup(config_hash, toolchain_key)
+            if hit is not None:
+                return hit, False
+            return build(), True
+
+    # -- listing ----------------------------------------------------------------------------
+    def _bundle_dirs(self) -> Iterator[Path]:
+        if not self.root.is_dir():
+            return
+        for slug in sorted(self.root.iterdir()):
+            if slug.name.startswith(".") or slug.is_symlink() or not slug.is_dir():
+                continue
+            for label in sorted(slug.iterdir()):
+                if label.is_symlink() or not label.is_dir():
+                    continue
+                for bundle in sorted(label.iterdir()):
+                    if not bundle.name.startswith(".") and bundle.is_dir() and not bundle.is_symlink():
+                        yield bundle
+
+    def list(self) -> list[StoreEntry]:
+        """Every complete bundle, newest first."""
+        entries = []
+        for path in self._bundle_dirs():
+            try:
+                manifest = read_manifest(path)
+            except BundleFormatError:
+                continue
+            size = manifest.total_bytes + _file_size(path / MANIFEST_NAME)
+            entries.append(StoreEntry(path, manifest, size))
+        entries.sort(key=lambda e: e.manifest.created_at, reverse=True)
+        return entries
+
+    def find(self, key: str) -> builtins.list[StoreEntry]:
+        """Bundles matching a key: a config-hash prefix, ``HASH@TOOLCHAIN`` prefixes, or a store-relative path."""
+        key = key.strip()
+        entries = self.list()
+        if "/" in key:
+            target = (self.root / key).resolve()
+            return [e for e in entries if e.path.resolve() == target]
+        config, _, toolchain = key.lower().partition("@")
+        if len(config) < 4 or not _HEX.match(config) or (toolchain and not _HEX.match(toolchain)):
+            msg = f"'{key}' is not a key (a config-hash prefix of 4+ hex digits, optionally @toolchain-prefix)"
+            raise InvalidInputError(msg, hint="see `neuronc store list`")
+        return [
+            e
+            for e in entries
+            if e.manifest.config_hash.startswith(config) and e.manifest.toolchain_key.startswith(toolchain)
+        ]
+
+    def remove(self, key: str, *, all_matches: bool = False) -> builtins.list[StoreEntry]:
+        """Remove the bundle(s) a key names; raise if it names none, or several without ``all_matches``."""
+        matches = self.find(key)
+        if not matches:
+            msg = f"no bundle in {self.root} matches '{key}'"
+            raise InvalidInputError(msg, hint="see `neuronc store list`")
+        if len(matches) > 1 and not all_matches:
+            msg = f"'{key}' matches {len(matches)} bundles"
+            details = [f"{e.manifest.config_hash[:16]}@{e.manifest.toolchain_key[:8]}  {e.path}" for e in matches]
+            raise InvalidInputError(msg, details=details, hint="give a longer prefix, HASH@TOOLCHAIN, or --all")
+        for entry in matches:
+            self._discard(entry.path)
+        return matches
+
+    def _discard(self, path: Path) -> None:
+        # Rename first so the bundle disappears atomically, then delete at leisure.
+        self.staging_dir.mkdir(parents=True, exist_ok=True)
+        trash = self.staging_dir / f"{TRASH_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(path, trash)
+        remove_tree(trash)
+        for parent in (path.parent, path.parent.parent):
+            with contextlib.suppress(OSError):
+                parent.rmdir()  # only when empty
+
+    # -- gc ---------------------------------------------------------------------------------
+    def gc(self) -> GcReport:
+        """Remove staging leftovers, incomplete bundle dirs and stale locks; report bytes freed."""
+        report = GcReport()
+        for swept in sweep_work_dir(self.staging_dir):
+            report.removed.append(Removed(str(swept.path), swept.bytes, swept.reason))
+        for path in list(self._bundle_dirs()):
+            reason = _incomplete_reason(path)
+            if reason is None:
+                continue
+            size = tree_bytes(path)
+            try:
+                self._discard(path)
+            except OSError:
+                continue
+            report.removed.append(Removed(str(path), size, reason))
+        if self.locks_dir.is_dir():
+            for lock_path in sorted(self.locks_dir.glob(f"*{LOCK_SUFFIX}")):
+                fd = try_claim(lock_path)
+                if fd is None:
+                    continue  # held: a build is running
+                try:
+                    lock_path.unlink()
+                    report.removed.append(Removed(str(lock_path), 0, "stale lock"))
+                except FileNotFoundError:
+                    pass
+                finally:
+                    os.close(fd)
+        self._remove_empty_dirs()
+        return report
+
+    def _remove_empty_dirs(self) -> None:
+        if not self.root.is_dir():
+            return
+        for slug in self.root.iterdir():
+            if slug.name.startswith(".") or slug.is_symlink() or not slug.is_dir():
+                continue
+            for label in slug.iterdir():
+                if label.is_dir() and not label.is_symlink():
+                    with contextlib.suppress(OSError):
+                        label.rmdir()
+            with contextlib.suppress(OSError):
+                slug.rmdir()
+
+    # -- nearest ----------------------------------------------------------------------------
+    def nearest(
+        self,
+        hashed_inputs: Mapping[str, Any],
+        *,
+        toolchain_key: str | None = None,
+        backend: str | None = None,
+    ) -> Nearest | None:
+        """The stored bundle whose hashed inputs differ from ``hashed_inputs`` in the fewest fields."""
+        from neuronc.keys import diff_inputs
+
+        best: tuple[tuple[int, int, str], Nearest] | None = None
+        for entry in self.list():
+            m = entry.manifest
+            if backend is not None and m.backend != backend:
+                continue
+            differences = diff_inputs(m.hashed_inputs, dict(hashed_inputs))
+            same_toolchain = toolchain_key is None or m.toolchain_key == toolchain_key
+            rank = (len(differences), 0 if same_toolchain else 1, m.config_hash)
+            if best is None or rank < best[0]:
+                best = (rank, Nearest(entry.path, m, differences, same_toolchain))
+        return best[1] if best else None
+
+
+def _incomplete_reason(path: Path) -> str | None:
+    if not (path / MANIFEST_NAME).exists() and not (path / MANIFEST_NAME).is_symlink():
+        return "incomplete (no manifest)"
+    try:
+        read_manifest(path)
+    except NewerSchemaError:
+        return None  # a newer neuronc's bundle: not ours to judge
+    except BundleFormatError:
+        return "unreadable manifest"
+    return None
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+__all__ = [
+    "STORE_ENV",
+    "GcReport",
+    "KeyLock",
+    "Nearest",
+    "Removed",
+    "Store",
+    "StoreEntry",
+    "default_store_path",
+    "model_slug",
+]

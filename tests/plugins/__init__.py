@@ -1,0 +1,1 @@
+"""Test plugins registered the way third-party packages register (entry points)."""
