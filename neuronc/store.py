@@ -295,18 +295,47 @@ class Store:
 
     def writer(
         self,
-        *,
         config_hash: str,
-        toolchain: Mapping[str, str | None],
-        backend: str,
-        model_id: str | None,
+        toolchain_key: str | None = None,
+        *,
+        toolchain: Mapping[str, str | None] | None = None,
+        backend: str | None = None,
+        model_id: str | None = None,
     ) -> BundleWriter:
-        """A BundleWriter staging inside this store that publishes at this key's path.
+        """A BundleWriter staging inside this store; ``finish`` publishes at this key's path.
 
-        Call it while holding ``lock(config_hash, toolchain_key(toolchain))``.
+        The path (<model-slug>/<toolchain-label>/<hash prefix>) comes from the manifest at finish,
+        which must carry these keys. Call it while holding ``lock(config_hash, toolchain_key)``.
         """
-        dest = self.bundle_path(model_id=model_id, backend=backend, toolchain=toolchain, config_hash=config_hash)
-        return BundleWriter(dest, overwrite=True, work_dir=self.staging_dir)
+        from neuronc.keys import toolchain_key as compute_toolchain_key
+
+        config_hash = _check_hex(config_hash, "config hash")
+        if toolchain_key is None and toolchain is not None:
+            toolchain_key = compute_toolchain_key(dict(toolchain))
+        expected_tk = _check_hex(toolchain_key, "toolchain key") if toolchain_key else None
+
+        def destination(manifest: Manifest) -> Path:
+            if manifest.config_hash != config_hash:
+                msg = f"manifest config hash {manifest.config_hash[:12]} != store key {config_hash[:12]}"
+                raise ValueError(msg)
+            if expected_tk is not None and manifest.toolchain_key != expected_tk:
+                msg = f"manifest toolchain key {manifest.toolchain_key[:12]} != store key {expected_tk[:12]}"
+                raise ValueError(msg)
+            for what, given, recorded in (
+                ("backend", backend, manifest.backend),
+                ("model", model_id, manifest.model_id),
+            ):
+                if given is not None and given != recorded:
+                    msg = f"manifest {what} {recorded!r} != {given!r} given to Store.writer"
+                    raise ValueError(msg)
+            return self.bundle_path(
+                model_id=manifest.model_id,
+                backend=manifest.backend,
+                toolchain=manifest.toolchain,
+                config_hash=manifest.config_hash,
+            )
+
+        return BundleWriter(destination, overwrite=True, work_dir=self.staging_dir, name=config_hash[:HASH_PREFIX])
 
     def get_or_build(
         self,

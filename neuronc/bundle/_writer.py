@@ -13,7 +13,7 @@ import socket
 import stat
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +43,7 @@ from neuronc.bundle._manifest import (
 )
 from neuronc.errors import InvalidInputError
 
+SCRATCH = ".scratch"
 _FIELDS = frozenset(
     {
         "backend",
@@ -157,19 +158,37 @@ class BundleWriter:
 
     def __init__(
         self,
-        destination: str | os.PathLike[str],
+        destination: str | os.PathLike[str] | Callable[[Manifest], Path],
         *,
         overwrite: bool = False,
         work_dir: str | os.PathLike[str] | None = None,
+        name: str | None = None,
     ) -> None:
-        self.destination = Path(os.path.abspath(destination))
+        if callable(destination):
+            # Decided at finish from the manifest (a store places bundles by model and toolchain).
+            if work_dir is None:
+                msg = "a destination decided at finish needs an explicit work_dir"
+                raise ValueError(msg)
+            self._resolve: Callable[[Manifest], Path] | None = destination
+            self.destination: Path | None = None
+            label = name or "bundle"
+        else:
+            self._resolve = None
+            self.destination = Path(os.path.abspath(destination))
+            label = self.destination.name
         self.overwrite = overwrite
-        self.work_dir = Path(os.path.abspath(work_dir)) if work_dir is not None else self.destination.parent
+        if work_dir is not None:
+            self.work_dir = Path(os.path.abspath(work_dir))
+        else:
+            assert self.destination is not None
+            self.work_dir = self.destination.parent
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.destination.parent.mkdir(parents=True, exist_ok=True)
-        if not overwrite:
-            self._check_destination_free()
-        sweep_work_dir(self.work_dir, self.destination.name)
+        if self.destination is not None:
+            self.destination.parent.mkdir(parents=True, exist_ok=True)
+            if not overwrite:
+                self._check_destination_free(self.destination)
+        self._label = "".join(c if c.isalnum() or c in "._" else "_" for c in label)[:64] or "bundle"
+        sweep_work_dir(self.work_dir, self._label)
         self._files: dict[str, FileEntry] = {}
         self._stages: list[dict[str, Any]] = []
         self._finished: Path | None = None
@@ -181,7 +200,7 @@ class BundleWriter:
     # -- staging ------------------------------------------------------------------------------
     def _make_staging(self) -> tuple[Path, OwnerLock]:
         for _ in range(100):
-            name = f"{STAGING_PREFIX}{self.destination.name}-{os.getpid()}-{secrets.token_hex(4)}"
+            name = f"{STAGING_PREFIX}{self._label}-{os.getpid()}-{secrets.token_hex(4)}"
             owner = OwnerLock.create(self.work_dir / (name + LOCK_SUFFIX))
             if owner is None:
                 continue
@@ -195,11 +214,18 @@ class BundleWriter:
         msg = f"cannot create a staging directory in {self.work_dir}"
         raise OSError(msg)
 
-    def _check_destination_free(self) -> None:
-        dest = self.destination
+    @staticmethod
+    def _check_destination_free(dest: Path) -> None:
         if dest.is_symlink() or (dest.exists() and not (dest.is_dir() and not any(dest.iterdir()))):
             msg = f"{dest} already exists"
             raise BundleExistsError(msg, hint="choose another output directory, or pass --force to replace it")
+
+    @property
+    def scratch_dir(self) -> Path:
+        """A private work directory beside the bundle's files: never published, removed at finish or abort."""
+        scratch = self.path / SCRATCH
+        scratch.mkdir(exist_ok=True)
+        return scratch
 
     @property
     def model_dir(self) -> Path:
@@ -313,6 +339,7 @@ class BundleWriter:
 
     # -- finishing ----------------------------------------------------------------------------
     def _adopt_unrecorded(self) -> None:
+        shutil.rmtree(self.path / SCRATCH, ignore_errors=True)
         for dirpath, dirnames, filenames in os.walk(self.path):
             for name in dirnames + filenames:
                 full = Path(dirpath) / name
@@ -349,6 +376,11 @@ class BundleWriter:
         try:
             self._adopt_unrecorded()
             manifest = self.build_manifest(manifest_fields)
+            if self._resolve is not None:
+                self.destination = Path(os.path.abspath(self._resolve(manifest)))
+                self.destination.parent.mkdir(parents=True, exist_ok=True)
+                if not self.overwrite:
+                    self._check_destination_free(self.destination)
             manifest_path = self.path / MANIFEST_NAME
             with manifest_path.open("x", encoding="utf-8") as f:
                 f.write(manifest.to_json_text())
@@ -361,11 +393,13 @@ class BundleWriter:
             raise
         self._closed = True
         self._owner.release()
+        assert self.destination is not None
         self._finished = self.destination
         return self.destination
 
     def _publish(self) -> None:
         dest = self.destination
+        assert dest is not None
         trash: Path | None = None
         try:
             os.rename(self.path, dest)  # atomic; replaces an empty directory
@@ -375,7 +409,7 @@ class BundleWriter:
             if not self.overwrite:
                 msg = f"{dest} already exists"
                 raise BundleExistsError(msg, hint="pass --force to replace it") from None
-            trash = self.work_dir / f"{TRASH_PREFIX}{dest.name}-{os.getpid()}-{secrets.token_hex(4)}"
+            trash = self.work_dir / f"{TRASH_PREFIX}{self._label}-{os.getpid()}-{secrets.token_hex(4)}"
             os.rename(dest, trash)
             os.rename(self.path, dest)
         fsync_path(dest.parent, directory=True)
