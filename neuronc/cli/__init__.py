@@ -19,6 +19,8 @@ from neuronc.cli._app import app
 _COMMAND_MODULES = (
     "profiles",
     "backends",
+    "inspect",
+    "store",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"neuronc.cli.{_name}")

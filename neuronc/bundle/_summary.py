@@ -1,0 +1,76 @@
+"""What `neuronc inspect` shows: a bundle's manifest as one stable, JSON-ready summary."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from neuronc.bundle._manifest import Manifest
+
+
+def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Model, backend, target, shapes, graphs, shards, toolchain, keys and totals of one bundle."""
+    seq = manifest.profile.get("sequence") if isinstance(manifest.profile.get("sequence"), dict) else {}
+    assert isinstance(seq, dict)
+    graphs = [
+        {
+            "name": g.name,
+            "role": g.role,
+            "batch": g.batch,
+            "bucket": g.bucket,
+            "artifact": g.artifact,
+            "bytes": manifest.artifact_bytes(g.artifact),
+            "compile_seconds": g.compile_seconds,
+            "cache_hit": g.cache_hit,
+        }
+        for g in manifest.graphs
+    ]
+    by_role: Counter[str] = Counter()
+    for f in manifest.files:
+        by_role[f.role] += f.size
+    snippet = manifest.extra.get("load_snippet")
+    weights = manifest.weights
+    return {
+        "bundle": str(bundle_dir),
+        "schema_version": manifest.schema_version,
+        "model": {"id": manifest.model_id, "revision": manifest.model_revision},
+        "backend": manifest.backend,
+        "target": manifest.target,
+        "tp_degree": manifest.tp_degree,
+        "batch_size": manifest.batch_size,
+        "dtype": manifest.dtype,
+        "weights_mode": manifest.profile.get("weights"),
+        "sequence": {
+            "max_length": seq.get("max_length"),
+            "max_context_length": seq.get("max_context_length"),
+            "context_buckets": seq.get("context_buckets"),
+            "token_buckets": seq.get("token_buckets"),
+        },
+        "graphs": graphs,
+        "shards": [s.model_dump() for s in sorted(manifest.shards, key=lambda s: s.rank)],
+        "weights_source": None
+        if weights is None
+        else {"id": weights.id, "revision": weights.revision, "mode": weights.mode, "files": len(weights.files)},
+        "toolchain": dict(manifest.toolchain),
+        "keys": {
+            "config_hash": manifest.config_hash,
+            "toolchain_key": manifest.toolchain_key,
+            "hashed_fields": list(manifest.hashed_fields),
+        },
+        "stages": [s.model_dump() for s in manifest.stages],
+        "totals": {
+            "files": len(manifest.files),
+            "bytes": manifest.total_bytes,
+            "bytes_by_role": dict(sorted(by_role.items())),
+            "graphs": len(manifest.graphs),
+            "shards": len(manifest.shards),
+            "compile_seconds": round(sum(g.compile_seconds for g in manifest.graphs), 3),
+            "wall_seconds": round(sum(s.wall_seconds for s in manifest.stages), 3),
+        },
+        "created_at": manifest.created_at,
+        "host": manifest.host.model_dump(),
+        "neuronc_version": manifest.neuronc_version,
+        "load_snippet": snippet if isinstance(snippet, str) else None,
+        "extra": manifest.extra,
+    }

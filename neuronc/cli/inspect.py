@@ -1,0 +1,261 @@
+"""`neuronc inspect BUNDLE` (what a bundle is) and `neuronc verify BUNDLE` (the strict CI check).
+
+Neither imports torch or transformers, follows a symlink inside a bundle, or unpickles anything:
+a bundle is untrusted data (tests/test_inspect_hostile.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from neuronc._output import out
+from neuronc.cli._app import command
+from neuronc.cli._options import JsonOpt
+from neuronc.errors import EnvironmentIncompatibleError, NeuroncError
+
+BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
+JobsOpt = Annotated[
+    int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
+]
+AgainstEnvOpt = Annotated[
+    bool,
+    typer.Option(
+        "--against-env", help="Compare the bundle's toolchain with what is installed here (exit 5 if incompatible)."
+    ),
+]
+
+# Extra checks `verify` can run after integrity, e.g. accuracy against the reference model.
+# A check takes (bundle_dir, manifest) and returns JSON-ready data; it raises a NeuroncError to fail.
+VerifyCheck = Callable[[Path, Any], dict[str, Any]]
+
+
+@command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
+def inspect_command(
+    bundle: BundleArg,
+    verify: Annotated[bool, typer.Option("--verify", help="Recompute every hash (exit 4 on any problem).")] = False,
+    against_env: AgainstEnvOpt = False,
+    jobs: JobsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals."""
+    from neuronc.bundle import read_manifest
+    from neuronc.bundle._summary import bundle_summary
+
+    out.configure(json_mode=json_out)
+    manifest = read_manifest(bundle)
+    data = bundle_summary(manifest, bundle)
+    failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
+    _finish(data, lambda: _render(data), failure)
+
+
+@command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
+def verify_command(
+    bundle: BundleArg,
+    against_env: AgainstEnvOpt = False,
+    jobs: JobsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra."""
+    from neuronc.bundle import read_manifest
+
+    out.configure(json_mode=json_out)
+    manifest = read_manifest(bundle)
+    data: dict[str, Any] = {"bundle": str(bundle), "config_hash": manifest.config_hash, "ok": False}
+    failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs)
+    data["ok"] = failure is None
+    _finish(data, lambda: _render_verify(data), failure)
+
+
+def _run_checks(
+    bundle: Path,
+    manifest: Any,
+    data: dict[str, Any],
+    *,
+    verify: bool,
+    against_env: bool,
+    jobs: int | None,
+    extra: dict[str, VerifyCheck] | None = None,
+) -> NeuroncError | None:
+    """Run the requested checks into ``data``; return the first failure (integrity before environment)."""
+    from neuronc.bundle import INCOMPATIBLE, verify_bundle
+
+    failures: list[NeuroncError] = []
+    if verify:
+        with out.progress() as progress:
+            report = verify_bundle(bundle, jobs=jobs, manifest=manifest, progress=progress)
+        data["verify"] = report.to_json()
+        try:
+            report.raise_for_problems()
+        except NeuroncError as exc:
+            failures.append(exc)
+    if against_env:
+        comparison = environment_comparison(manifest)
+        data["environment"] = comparison
+        if comparison["verdict"] == INCOMPATIBLE:
+            details = [
+                f"{d['package']}: bundle {d['bundle']}, installed {d['installed']} ({d['reason']})"
+                for d in comparison["differences"]
+                if d["verdict"] == INCOMPATIBLE
+            ]
+            msg = f"{bundle}: built with a toolchain incompatible with this environment"
+            failures.append(EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint")))
+    for name, check in (extra or {}).items():
+        try:
+            data[name] = check(bundle, manifest)
+        except NeuroncError as exc:
+            failures.append(exc)
+    return failures[0] if failures else None
+
+
+def environment_comparison(manifest: Any) -> dict[str, Any]:
+    """compare_toolchain against the installed versions of the bundle's backend, as JSON."""
+    from neuronc.backends import get_backend
+    from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
+
+    try:
+        installed = get_backend(manifest.backend).toolchain_versions()
+    except (NeuroncError, ImportError) as exc:
+        reason = exc.message if isinstance(exc, NeuroncError) else str(exc)
+        return {
+            "verdict": INCOMPATIBLE,
+            "bundle_toolchain_key": manifest.toolchain_key,
+            "installed_toolchain_key": None,
+            "differences": [
+                {
+                    "package": safe_text(manifest.backend),
+                    "bundle": "backend",
+                    "installed": None,
+                    "verdict": INCOMPATIBLE,
+                    "reason": f"backend not available here: {safe_text(reason)}",
+                }
+            ],
+            "hint": "install the backend the bundle was built with (see `neuronc backends`)",
+        }
+    result = compare_toolchain(manifest, installed).to_json()
+    if result["verdict"] == INCOMPATIBLE:
+        result["hint"] = "rebuild the bundle here, or install the versions it was built with"
+    return result
+
+
+def _finish(data: dict[str, Any], render: Callable[[], None], failure: NeuroncError | None) -> None:
+    if failure is None:
+        out.result(data, render)
+        return
+    if not out.json_mode:
+        render()
+        raise failure
+    # --json: one JSON document on stdout (the report, with the error inside), the message on stderr.
+    data["error"] = failure.to_json()
+    out.result(data)
+    out.json_mode = False
+    out.error(failure)
+    raise typer.Exit(failure.exit_code)
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def _s(value: Any, limit: int = 200) -> str:
+    """A manifest value made safe for the terminal: no control characters, no Rich markup."""
+    from rich.markup import escape
+
+    from neuronc.bundle import safe_text
+
+    return "" if value is None else escape(safe_text(value, limit))
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _render(d: dict[str, Any]) -> None:
+    seq = d["sequence"]
+    model = d["model"]
+    revision = f" @ {_s(model['revision'], 64)}" if model["revision"] else ""
+    out.print(f"bundle     {_s(d['bundle'])}")
+    out.print(f"model      {_s(model['id'])}{revision}")
+    out.print(f"backend    {_s(d['backend'])}    target {_s(d['target'])}    tp {_s(d['tp_degree'])}")
+    out.print(f"batch      {_s(d['batch_size'])}    dtype {_s(d['dtype'])}    weights {_s(d['weights_mode'])}")
+    out.print(f"sequence   max {_s(seq['max_length'])}    max context {_s(seq['max_context_length'])}")
+    out.print(f"buckets    context {_s(seq['context_buckets'])}    token {_s(seq['token_buckets'])}")
+    out.print(
+        f"created    {_s(d['created_at'])} on {_s(d['host'].get('hostname'))} by neuronc {_s(d['neuronc_version'])}"
+    )
+    if d["graphs"]:
+        rows = [
+            [
+                _s(g["name"]),
+                _s(g["role"]),
+                g["batch"],
+                g["bucket"],
+                _size(g["bytes"]),
+                f"{g['compile_seconds']:.1f}",
+                "hit" if g["cache_hit"] else "",
+                _s(g["artifact"]),
+            ]
+            for g in d["graphs"]
+        ]
+        out.table(
+            ["graph", "role", "batch", "bucket", "size", "compile s", "cache", "artifact"],
+            rows,
+            title="graphs",
+            justify={"batch": "right", "bucket": "right", "size": "right", "compile s": "right"},
+        )
+    if d["shards"]:
+        rows = [[s["rank"], _s(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
+        out.table(["rank", "file", "size", "sha256"], rows, title="shards", justify={"size": "right"})
+    out.table(
+        ["package", "version"], [[_s(k), _s(v) if v else "-"] for k, v in d["toolchain"].items()], title="toolchain"
+    )
+    keys = d["keys"]
+    out.print(f"config     {keys['config_hash']}")
+    out.print(f"toolchain  {keys['toolchain_key']}")
+    t = d["totals"]
+    out.print(
+        f"totals     {t['files']} files, {_size(t['bytes'])}; {t['graphs']} graphs, {t['shards']} shards; "
+        f"compile {t['compile_seconds']:.1f} s, wall {t['wall_seconds']:.1f} s"
+    )
+    if d["load_snippet"]:
+        out.print("load:")
+        for line in str(d["load_snippet"]).splitlines()[:40]:
+            out.print(f"  {_s(line, 300)}")
+    if "verify" in d:
+        _render_verify(d)
+    if "environment" in d:
+        _render_environment(d["environment"])
+
+
+def _render_verify(d: dict[str, Any]) -> None:
+    if "verify" in d:
+        v = d["verify"]
+        rate = v["bytes_hashed"] / v["seconds"] / 1e6 if v["seconds"] else 0.0
+        status = "ok" if v["ok"] else "FAILED"
+        out.print(
+            f"verify     {status}: {v['files_checked']} files, {_size(v['bytes_hashed'])} in {v['seconds']:.2f} s "
+            f"({rate:.0f} MB/s, {v['jobs']} jobs)"
+        )
+    if "environment" in d and "totals" not in d:
+        _render_environment(d["environment"])
+
+
+def _render_environment(env: dict[str, Any]) -> None:
+    out.print(f"toolchain  {env['verdict']} with this environment")
+    for diff in env["differences"]:
+        out.print(
+            f"  {_s(diff['package'])}: bundle {_s(diff['bundle'])}, installed {_s(diff['installed'])} "
+            f"- {diff['verdict']}: {_s(diff['reason'])}"
+        )
+
+
+__all__ = ["VerifyCheck", "environment_comparison", "inspect_command", "verify_command"]
