@@ -1,27 +1,265 @@
-"""transformers-neuronx backend: ``<Arch>ForSampling.from_pretrained(...).to_neuron()``, then ``save()``."""
+"""transformers-neuronx backend: ``<Arch>ForSampling.from_pretrained(...)``, compile, then ``save()``.
+
+transformers-neuronx is deprecated by AWS (last released with Neuron SDK 2.25) but still runs the
+TorchServe inf2 examples. The profile maps to ``from_pretrained`` keyword arguments
+(``from_pretrained_kwargs``): ``batch_size``, ``tp_degree``, ``amp`` ('f32'/'f16'/'bf16'),
+``n_positions`` (the token-generation buckets) and ``context_length_estimate`` (the
+context-encoding buckets). ``save()`` writes one NEFF per compiled kernel, named by the hash of its
+HLO, into ``artifacts/neff/``; reloading needs the same transformers-neuronx version and kwargs
+(reference/neuron-apis.md §2).
+
+Weights: transformers-neuronx always shards at load (``to_neuron()``). ``presharded`` writes the
+checkpoint in the split format it loads lazily, tensor by tensor (``save_pretrained_split``'s
+layout: ``config.json`` + ``pytorch_model.bin/`` with ``key_to_filename.json`` and one
+``torch.save`` file per tensor, already cast to the profile's dtype), streamed without loading the
+model; ``on-load`` carries the safetensors as they are; ``reference`` carries none.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+import re
+import time
 from collections.abc import Collection, Mapping
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends.base import MAX_CORES, BackendBase
+from neuronc.backends._neuron_common import (
+    NEURON_EXTRA_INDEX,
+    NeuronBackend,
+    backend_extra,
+    bundle_rel,
+    checkpoint_weight_files,
+    copy_checkpoint,
+    copy_tokenizer_files,
+    even_split,
+    model_type_of,
+    neuron_device_present,
+)
+from neuronc.backends.base import MAX_CORES, CompileJob, CompilePlan, CompileResult
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+
+if TYPE_CHECKING:
+    from neuronc.profile import BuildSpec
+
+AMP = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+
+# model_type -> class exported at transformers_neuronx's top level (its NeuronAutoModelForCausalLM table).
+MODEL_CLASSES: dict[str, str] = {
+    "bloom": "BloomForSampling",
+    "code_llama": "LlamaForSampling",
+    "gpt2": "GPT2ForSamplingWithContextBroadcasting",
+    "gpt_neox": "GPTNeoXForSampling",
+    "gptj": "GPTJForSampling",
+    "llama": "LlamaForSampling",
+    "mistral": "MistralForSampling",
+    "mixtral": "MixtralForSampling",
+    "opt": "OPTForSampling",
+}
+
+SPLIT_DIR = "pytorch_model.bin"
+KEY_TO_FILENAME = "key_to_filename.json"
+CHECKPOINT_DIR = "checkpoint"
+NEFF_DIR = "neff"
+_MANAGED = frozenset({"batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate"})
 
 
-class TransformersNeuronxBackend(BackendBase):
+def model_class_for(model_type: str) -> str:
+    """The ``transformers_neuronx`` class name for a checkpoint's model_type."""
+    try:
+        return MODEL_CLASSES[model_type]
+    except KeyError:
+        msg = f"transformers-neuronx has no sampling class for model_type '{model_type}'"
+        raise InvalidInputError(msg, hint=f"supported: {', '.join(sorted(MODEL_CLASSES))}") from None
+
+
+def from_pretrained_kwargs(spec: BuildSpec) -> dict[str, Any]:
+    """``<Arch>ForSampling.from_pretrained(path, **kwargs)`` for a BuildSpec.
+
+    Both bucket lists are passed as lists, so the compiled buckets are exactly the plan's (an int
+    ``n_positions`` would make transformers-neuronx pick powers of two itself).
+    """
+    kwargs: dict[str, Any] = {
+        "batch_size": spec.batch_size,
+        "tp_degree": spec.tp_degree,
+        "amp": AMP[spec.amp],
+        "n_positions": list(spec.sequence.token_buckets),
+        "context_length_estimate": list(spec.sequence.context_buckets),
+    }
+    extra = spec.options.get("from_pretrained") or {}
+    clash = sorted(set(extra) & _MANAGED)
+    if clash:
+        msg = f"options.from_pretrained sets {', '.join(clash)}, which come from the profile's own fields"
+        raise InvalidInputError(msg)
+    kwargs.update(extra)
+    return kwargs
+
+
+def sanitize_file_name(key: str) -> str:
+    """A tensor name as a file name: spaces to underscores, then only word characters, '-' and '.'."""
+    name = re.sub(r"[^-\w.]", "", key.strip().replace(" ", "_"))
+    if name in {"", ".", ".."}:
+        msg = f"cannot turn tensor name {key!r} into a file name"
+        raise InvalidInputError(msg)
+    return name
+
+
+def write_split_checkpoint(checkpoint_dir: Path, out_dir: Path, dtype: str) -> dict[str, str]:
+    """Write ``checkpoint_dir``'s safetensors as transformers-neuronx's split checkpoint in ``out_dir``.
+
+    One tensor is in memory at a time. Floating-point tensors are cast to ``dtype``. Returns the
+    key -> file name table that is also written to ``pytorch_model.bin/key_to_filename.json``.
+    """
+    import torch
+    from safetensors import safe_open
+
+    target = getattr(torch, dtype)
+    split = out_dir / SPLIT_DIR
+    split.mkdir(parents=True, exist_ok=True)
+    table: dict[str, str] = {}
+    index = 0
+    for path in checkpoint_weight_files(checkpoint_dir):
+        if path.name.endswith(".index.json"):
+            continue
+        with safe_open(str(path), framework="pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+                tensor = f.get_tensor(key)
+                if tensor.is_floating_point():
+                    tensor = tensor.to(target)
+                name = f"p{index}.{sanitize_file_name(key)}"
+                torch.save(tensor, split / name)
+                table[key] = name
+                index += 1
+                del tensor
+    (split / KEY_TO_FILENAME).write_text(json.dumps(table, indent=2), encoding="utf-8")
+    return table
+
+
+class TransformersNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "transformers-neuronx"
     description: ClassVar[str] = "transformers-neuronx (deprecated by AWS): <Arch>ForSampling, to_neuron(), save()"
     targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1"})
     # transformers-neuronx pads attention heads to the tp degree (the TorchServe Llama-2-13B
     # example runs 40 heads on tp 12), so it does not need tp to divide the head count.
     requires_tp_divides_heads: ClassVar[bool] = False
-    packages: ClassVar[tuple[str, ...]] = ("transformers-neuronx", "neuronx-cc", "torch-neuronx", "torch", "transformers")
+    packages: ClassVar[tuple[str, ...]] = (
+        "transformers-neuronx",
+        "neuronx-cc",
+        "torch-neuronx",
+        "torch",
+        "transformers",
+    )
     required: ClassVar[tuple[str, ...]] = ("transformers-neuronx", "neuronx-cc", "torch-neuronx")
     install_hint: ClassVar[str | None] = (
-        "pip install --extra-index-url https://pip.repos.neuron.amazonaws.com transformers-neuronx "
+        f"pip install --extra-index-url {NEURON_EXTRA_INDEX} transformers-neuronx "
         "neuronx-cc torch-neuronx (last released with Neuron SDK 2.25)"
     )
+    options_help: ClassVar[dict[str, str]] = {
+        "from_pretrained": "extra from_pretrained keyword arguments, e.g. {unroll: 4}",
+        "neuron_config": "transformers_neuronx.NeuronConfig keyword arguments, e.g. {fuse_qkv: true}",
+    }
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         # Any degree up to the instance's core count (tp 12 on inf2.48xlarge is a documented setup).
         return frozenset(range(1, MAX_CORES.get(target, 1) + 1))
+
+    def check_spec(self, spec: BuildSpec) -> None:
+        super().check_spec(spec)
+        for key in ("from_pretrained", "neuron_config"):
+            value = spec.options.get(key)
+            if value is not None and not isinstance(value, dict):
+                msg = f"options.{key} must be a mapping of keyword arguments"
+                raise InvalidInputError(msg)
+        from_pretrained_kwargs(spec)
+
+    def plan(self, spec: BuildSpec) -> CompilePlan:
+        plan = super().plan(spec)
+        layout = {
+            "presharded": "split checkpoint (one file per tensor) in artifacts/checkpoint/, sharded by to_neuron()",
+            "on-load": "checkpoint safetensors in artifacts/checkpoint/, sharded by to_neuron()",
+            "reference": "not in the bundle: from_pretrained() reads the original checkpoint",
+        }[spec.weights]
+        return CompilePlan(graphs=plan.graphs, weights_layout=layout, notes=plan.notes)
+
+    def compile_in_process(self, job: CompileJob) -> CompileResult:
+        spec = job.spec
+        class_name = model_class_for(model_type_of(job.checkpoint_dir))
+        out = job.artifacts_dir
+        checkpoint = out / CHECKPOINT_DIR
+        prep = job.progress.task("transformers-neuronx: prepare checkpoint")
+        if spec.weights == "presharded":
+            write_split_checkpoint(job.checkpoint_dir, checkpoint, spec.dtype)
+            copy_tokenizer_files(job.checkpoint_dir, checkpoint)
+            load_from = checkpoint
+        elif spec.weights == "on-load":
+            copy_checkpoint(job.checkpoint_dir, checkpoint)
+            load_from = checkpoint
+        else:
+            load_from = job.checkpoint_dir
+        prep.done()
+        tnx = importlib.import_module("transformers_neuronx")
+        model_cls = getattr(tnx, class_name)
+        kwargs = from_pretrained_kwargs(spec)
+        neuron_config_args = spec.options.get("neuron_config")
+        if neuron_config_args:
+            kwargs["neuron_config"] = tnx.NeuronConfig(**neuron_config_args)
+        task = job.progress.task(
+            f"transformers-neuronx: compile {len(job.plan.graphs)} graph(s)", total=len(job.plan.graphs)
+        )
+        start = time.monotonic()
+        model = model_cls.from_pretrained(str(load_from), **kwargs)
+        if neuron_device_present():
+            model.to_neuron()
+        elif hasattr(model, "cpu_compile"):
+            model.cpu_compile()
+        else:
+            msg = "this transformers-neuronx has no cpu_compile(): compiling needs a Neuron device"
+            raise EnvironmentIncompatibleError(msg, hint="run neuronc compile on an inf2/trn1 instance")
+        neff_dir = out / NEFF_DIR
+        model.save(str(neff_dir))
+        seconds = time.monotonic() - start
+        task.advance(len(job.plan.graphs))
+        neffs = sorted(p.name for p in neff_dir.glob("*.neff"))
+        recorded = {k: v for k, v in kwargs.items() if k != "neuron_config"}
+        if neuron_config_args:
+            recorded["neuron_config"] = neuron_config_args
+        extra = {
+            "load_snippet": tnx_load_snippet("<bundle>", class_name, recorded, spec.weights),
+            "transformers_neuronx": {
+                "model_class": f"transformers_neuronx.{class_name}",
+                "from_pretrained": recorded,
+                "weights": spec.weights,
+                "neffs": neffs,
+            },
+            "timing": "one compile builds every kernel; per-graph seconds are its total split evenly",
+        }
+        return CompileResult(graphs=even_split(job.plan.graphs, bundle_rel(job, neff_dir), seconds), extra=extra)
+
+    def load_snippet(self, bundle_dir: str) -> str | None:
+        info = backend_extra(bundle_dir, "transformers_neuronx")
+        if not info:
+            return None
+        class_name = str(info.get("model_class", "")).rpartition(".")[2] or "LlamaForSampling"
+        return tnx_load_snippet(
+            bundle_dir, class_name, dict(info.get("from_pretrained") or {}), str(info.get("weights"))
+        )
+
+
+def tnx_load_snippet(bundle_dir: str, class_name: str, kwargs: Mapping[str, Any], weights: str) -> str:
+    """Python lines that reload a transformers-neuronx bundle: same kwargs, load(), to_neuron()."""
+    plain = {k: v for k, v in kwargs.items() if k != "neuron_config"}
+    args = ", ".join(f"{k}={v!r}" for k, v in plain.items())
+    source = f"{bundle_dir}/artifacts/{CHECKPOINT_DIR}" if weights != "reference" else "/path/to/checkpoint"
+    lines = [f"from transformers_neuronx import {class_name}"]
+    if "neuron_config" in kwargs:
+        lines[0] += ", NeuronConfig"
+        args += f", neuron_config=NeuronConfig(**{dict(kwargs['neuron_config'])!r})"
+    if weights == "reference":
+        lines.append("# weights: reference -> the original Hugging Face checkpoint directory")
+    lines += [
+        f'model = {class_name}.from_pretrained("{source}", {args})',
+        f'model.load("{bundle_dir}/artifacts/{NEFF_DIR}")  # NEFFs are matched by HLO hash: same versions and kwargs',
+        "model.to_neuron()",
+    ]
+    return "\n".join(lines)
