@@ -1,0 +1,92 @@
+"""A streaming safetensors writer: header first, from known shapes; then bytes, in order; hashed as written.
+
+The safetensors library cannot do this (``save_file`` wants every tensor in memory). Because
+every shape is known before any byte is copied, the header (with every offset) can be written
+first and the tensor bytes appended in the same order; the writer checks that each tensor ends
+exactly where the header says it does, and hashes the file as it goes, so publishing a shard never
+needs a second read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from neuronc.checkpoint._safetensors import build_header
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A finished file: its size and SHA-256."""
+
+    path: Path
+    bytes: int
+    sha256: str
+
+
+class ShardWriter:
+    """Write one safetensors file whose tensors (name, dtype, shape) are all known up front."""
+
+    def __init__(
+        self,
+        path: Path,
+        tensors: Sequence[tuple[str, str, tuple[int, ...]]],
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        header, offsets = build_header(tensors, metadata)
+        self.path = path
+        self._data_start = len(header)
+        self._ends = {name: self._data_start + end for name, (_, end) in offsets.items()}
+        self._size = self._data_start + (max((e for _, e in offsets.values()), default=0))
+        self._written = 0
+        self._digest = hashlib.sha256()
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self.write(header)
+
+    def write(self, data: Any) -> int:
+        """Append bytes (any C-contiguous buffer); return how many."""
+        view = memoryview(data).cast("B")
+        n = len(view)
+        self._digest.update(view)
+        assert self._fd is not None, "write after close"
+        while view:
+            done = os.write(self._fd, view)
+            view = view[done:]
+        self._written += n
+        return n
+
+    def end_tensor(self, name: str) -> None:
+        """Assert that the bytes written so far end exactly where the header put ``name``'s end."""
+        if self._written != self._ends[name]:
+            msg = f"{self.path.name}: tensor {name!r} ends at {self._written}, header says {self._ends[name]}"
+            raise AssertionError(msg)
+
+    def finish(self) -> WrittenFile:
+        """Check the size, fsync and close; return the file's size and SHA-256."""
+        if self._written != self._size:
+            msg = f"{self.path.name}: wrote {self._written} bytes, header promised {self._size}"
+            raise AssertionError(msg)
+        assert self._fd is not None
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+        return WrittenFile(self.path, self._written, self._digest.hexdigest())
+
+    def close(self) -> None:
+        """Close without finishing (on failure); the caller removes the file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory entry change (create, rename) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
