@@ -21,6 +21,7 @@ _COMMAND_MODULES = (
     "backends",
     "inspect",
     "store",
+    "split",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"neuronc.cli.{_name}")

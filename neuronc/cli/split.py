@@ -1,0 +1,91 @@
+"""`neuronc split`: split a checkpoint into tensor-parallel rank shards, or check a split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from neuronc._output import out
+from neuronc.cli._app import command
+from neuronc.cli._options import JsonOpt
+from neuronc.errors import InvalidInputError, VerificationError
+
+_EPILOG = (
+    "Examples: neuronc split ./Llama-3.1-8B --tp 8 --out ./weights --dtype bf16 | "
+    "neuronc split --check ./weights --json. "
+    "Exit codes: 0 ok, 2 invalid input or broken checkpoint, 4 --check found a mismatch."
+)
+
+
+@command(name="split", epilog=_EPILOG)
+def split_command(
+    model_dir: Annotated[
+        Path | None,
+        typer.Argument(help="Hugging Face checkpoint directory (with --check: the source, if not the recorded one)."),
+    ] = None,
+    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.", min=1)] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Output directory (must not exist).")] = None,
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help="Cast floating-point weights while streaming: fp32, fp16 or bf16.")
+    ] = None,
+    check: Annotated[
+        Path | None,
+        typer.Option("--check", help="Reassemble the split in this directory and compare it with the source."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Split a checkpoint into tensor-parallel rank shards, streaming, with bounded memory."""
+    out.configure(json_mode=json_out)
+    if check is not None:
+        _check(check, model_dir)
+        return
+    if model_dir is None or tp is None or out_dir is None:
+        msg = "split needs MODEL_DIR, --tp and --out (or --check DIR)"
+        raise InvalidInputError(msg, hint="neuronc split MODEL_DIR --tp 8 --out DIR")
+    from neuronc.checkpoint import split_checkpoint
+
+    with out.progress() as sink:
+        result = split_checkpoint(model_dir, out_dir, tp, dtype=dtype, progress=sink)
+    data = result.to_json()
+
+    def render() -> None:
+        rows = [[s.rank, s.file, _size(s.bytes), s.sha256[:16]] for s in result.shards]
+        out.table(["rank", "file", "size", "sha256"], rows, justify={"size": "right"})
+        rss = f", peak RSS {_size(result.peak_rss_bytes)}" if result.peak_rss_bytes else ""
+        cast = f" as {result.dtype}" if result.dtype else ""
+        out.success(
+            f"{result.family}: {result.tensors} tensors into tp={result.tp}{cast}, "
+            f"{_size(result.total_bytes)} in {result.seconds:.1f} s{rss} -> {result.out_dir}"
+        )
+
+    out.result(data, render)
+
+
+def _check(split_dir: Path, model_dir: Path | None) -> None:
+    from neuronc.checkpoint import check_split
+
+    with out.progress() as sink:
+        report = check_split(split_dir, model_dir, progress=sink)
+    if not report.ok:
+        msg = f"{split_dir}: {len(report.mismatches)} problem(s) against {report.model_dir}"
+        details = [str(m) for m in report.mismatches[:20]]
+        raise VerificationError(msg, details=details, hint="re-run neuronc split; the source may have changed")
+
+    def render() -> None:
+        out.success(
+            f"{report.tensors_checked} tensors in {report.shards_checked} shards match {report.model_dir} "
+            f"bit for bit ({_size(report.bytes_compared)} compared in {report.seconds:.1f} s)"
+        )
+
+    out.result(report.to_json(), render)
+
+
+def _size(n: int | None) -> str:
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
