@@ -19,6 +19,7 @@ from neuronc.cli._app import app
 _COMMAND_MODULES = (
     "profiles",
     "backends",
+    "compile",
     "inspect",
     "store",
     "split",

@@ -1,0 +1,205 @@
+"""`neuronc compile`: profiles in, bundles in the store (and optionally in --out) out."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from neuronc._output import out
+from neuronc.cli._app import command
+from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt
+from neuronc.errors import NeuroncError
+
+OutDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Also copy the bundle here (the bundle itself for one build; one sub-directory per bundle for several).",
+    ),
+]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", min=1, help="Graphs compiled in parallel. Default: the number of cores."),
+]
+OnlyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."
+    ),
+]
+ReportOpt = Annotated[
+    Path | None,
+    typer.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
+]
+RequireHitOpt = Annotated[
+    bool,
+    typer.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
+]
+
+_EPILOG = (
+    "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
+    "neuronc compile profiles/*.yaml --json --report report.json · "
+    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`)"
+)
+
+
+@command(name="compile", epilog=_EPILOG)
+def compile_command(
+    profiles: ProfilesArg,
+    store: StoreOpt = None,
+    out_dir: OutDirOpt = None,
+    jobs: JobsOpt = None,
+    only: OnlyOpt = None,
+    report_path: ReportOpt = None,
+    require_hit: RequireHitOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
+    from neuronc.build import compile_profiles, run_report
+
+    out.configure(json_mode=json_out)
+    reports: list[Any] = []
+
+    def on_report(report: Any) -> None:
+        reports.append(report)
+        _announce(report)
+
+    try:
+        with _sigterm_as_interrupt(), out.progress() as sink:
+            compile_profiles(
+                profiles,
+                store=store,
+                out_dir=out_dir,
+                jobs=jobs,
+                only=only,
+                require_hit=require_hit,
+                progress=sink,
+                on_report=on_report,
+                log=out.info,
+            )
+    except KeyboardInterrupt:
+        _write_report(report_path, run_report(reports, interrupted=True))
+        raise
+    except NeuroncError as exc:
+        _write_report(report_path, {**run_report(reports), "exit_code": exc.exit_code, "error": exc.to_json()})
+        raise
+    data = run_report(reports)
+    _write_report(report_path, data)
+    out.result(data, lambda: _render(reports))
+    for report in reports:
+        _print_failure(report)
+    if data["exit_code"]:
+        raise typer.Exit(data["exit_code"])
+
+
+def _announce(report: Any) -> None:
+    """One line on stderr as each build ends (the table comes at the end)."""
+    where = report.out or report.bundle
+    if report.status == "hit":
+        out.success(f"{report.label}: store hit {(report.config_hash or '')[:12]} → {where}")
+    elif report.status == "built":
+        out.success(f"{report.label}: built {(report.config_hash or '')[:12]} in {report.wall_seconds:.1f}s → {where}")
+    elif report.status == "skipped":
+        out.warning(f"{report.label}: skipped")
+    else:
+        out.warning(f"{report.label}: failed (exit {report.exit_code})")
+
+
+def _render(reports: list[Any]) -> None:
+    rows = [
+        [
+            r.label,
+            r.status,
+            (r.config_hash or "")[:12],
+            _graphs_cell(r),
+            f"{r.wall_seconds:.2f}s",
+            _mib(r.peak_rss_bytes),
+        ]
+        for r in reports
+    ]
+    out.table(
+        ["build", "status", "config", "graphs", "wall", "peak RSS"],
+        rows,
+        justify={"wall": "right", "peak RSS": "right", "graphs": "right"},
+    )
+    for r in reports:
+        if r.status == "built" and r.stages:
+            out.print(f"{r.label} stages: " + " · ".join(f"{s.name} {s.seconds:.2f}s" for s in r.stages))
+    for r in reports:
+        if r.out or r.bundle:
+            out.print(f"{r.label} → {r.out or r.bundle}")
+
+
+def _graphs_cell(report: Any) -> str:
+    if not report.graphs:
+        return ""
+    if report.status == "hit":
+        return str(len(report.graphs))
+    cached = sum(1 for g in report.graphs if g.get("cache_hit"))
+    return f"{len(report.graphs)} ({cached} cached)" if cached else str(len(report.graphs))
+
+
+def _mib(value: int | None) -> str:
+    return "" if value is None else f"{value / (1024 * 1024):.0f} MiB"
+
+
+def _print_failure(report: Any) -> None:
+    """Each failed build's error on stderr: message, details (the log tail), hint."""
+    from rich.markup import escape
+
+    if report.error is None:
+        return
+    error = report.error
+    out.stderr.print(f"[bold red]error:[/bold red] {escape(report.label)}: {escape(str(error.get('message', '')))}")
+    for line in error.get("details") or []:
+        out.stderr.print(f"  {escape(str(line))}")
+    if error.get("hint"):
+        out.stderr.print(f"[cyan]hint:[/cyan] {escape(str(error['hint']))}")
+
+
+def _write_report(path: Path | None, data: dict[str, Any]) -> None:
+    """Write the report atomically (a CI step reading it never sees half a file)."""
+    if path is None:
+        return
+    from neuronc._output import to_json_text
+
+    path = path.absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(to_json_text(data))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM (CI cancellation) like Ctrl-C, so staging is cleaned up and the exit is 130."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["compile_command"]
