@@ -77,6 +77,8 @@ DEFAULT_COMPILE_CACHE = "/var/tmp/neuron-compile-cache"
 _CACHE_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
 
 COMPILE_LOG = "compile.log"
+# Where a load snippet stored in a manifest says the bundle is; `inspect` shows it as written.
+BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
 _TAIL_LINES = 30
 
 # Files that let a serving stack tokenize for the compiled model without the original checkpoint.
@@ -300,6 +302,12 @@ def collect_compiler_logs(work_dir: Path, logs_dir: Path) -> list[Path]:
         shutil.copy2(log, dest)
         copied.append(dest)
     return copied
+
+
+def bundle_line(bundle_dir: str) -> str:
+    """The first line of every load snippet: the bundle directory, the one thing a user edits."""
+    comment = "  # this bundle's directory" if bundle_dir == BUNDLE_PLACEHOLDER else ""
+    return f"bundle = {json.dumps(str(bundle_dir))}{comment}"
 
 
 def read_manifest(bundle_dir: str | Path) -> dict[str, Any]:

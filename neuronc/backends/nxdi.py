@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
     NEURON_EXTRA_INDEX,
     NeuronBackend,
+    bundle_line,
     bundle_rel,
     copy_checkpoint,
     even_split,
@@ -208,7 +210,7 @@ class NxdiBackend(NeuronBackend):
         return CompileResult(graphs=even_split(job.plan.graphs, artifact, seconds), extra=extra)
 
     def load_snippet_for(self, spec: BuildSpec, class_name: str, module_name: str) -> str:
-        return nxdi_load_snippet("<bundle>", module_name, class_name, spec.weights)
+        return nxdi_load_snippet(BUNDLE_PLACEHOLDER, module_name, class_name, spec.weights)
 
     def load_snippet(self, bundle_dir: str) -> str | None:
         manifest = read_manifest(bundle_dir)
@@ -220,23 +222,24 @@ class NxdiBackend(NeuronBackend):
 
 def nxdi_load_snippet(bundle_dir: str, module_name: str, class_name: str, weights: str) -> str:
     """Python lines that load an nxdi bundle on a Neuron instance and generate with it."""
-    compiled = f"{bundle_dir}/artifacts/"
+    compiled = 'f"{bundle}/artifacts/"'
     lines = [
+        bundle_line(bundle_dir),
         f"from {module_name} import {class_name}",
         "from neuronx_distributed_inference.utils.hf_adapter import HuggingFaceGenerationAdapter",
         "from transformers import AutoTokenizer",
     ]
     if weights == "reference":
         lines += [
-            f'config = {class_name}.get_config_cls().load("{compiled}")',
+            f"config = {class_name}.get_config_cls().load({compiled})",
             "# weights: reference -> the original Hugging Face checkpoint directory:",
             f'model = {class_name}("/path/to/checkpoint", config)',
         ]
     else:
-        lines.append(f'model = {class_name}("{compiled}")')
+        lines.append(f"model = {class_name}({compiled})")
     lines += [
-        f'model.load("{compiled}")',
-        f'tokenizer = AutoTokenizer.from_pretrained("{bundle_dir}/model")',
+        f"model.load({compiled})",
+        'tokenizer = AutoTokenizer.from_pretrained(f"{bundle}/model")',
         "generator = HuggingFaceGenerationAdapter(model)",
     ]
     return "\n".join(lines)

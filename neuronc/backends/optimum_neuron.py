@@ -17,8 +17,10 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
     NEURON_EXTRA_INDEX,
     NeuronBackend,
+    bundle_line,
     bundle_rel,
     copy_checkpoint,
     copy_tokenizer_files,
@@ -201,7 +203,7 @@ class OptimumNeuronBackend(NeuronBackend):
                 bundled = copy_checkpoint(job.checkpoint_dir, out, with_config=False)
         bundled += copy_tokenizer_files(job.checkpoint_dir, out)
         extra = {
-            "load_snippet": optimum_load_snippet("<bundle>"),
+            "load_snippet": optimum_load_snippet(BUNDLE_PLACEHOLDER),
             "optimum_neuron": {
                 "export_arguments": args,
                 "export_command": export_command(spec, "<bundle>/artifacts"),
@@ -220,13 +222,13 @@ class OptimumNeuronBackend(NeuronBackend):
 
 def optimum_load_snippet(bundle_dir: str) -> str:
     """Python lines that load an optimum-neuron bundle (same optimum-neuron and neuronx-cc versions)."""
-    exported = f"{bundle_dir}/artifacts"
     return "\n".join(
         [
+            bundle_line(bundle_dir),
             "from optimum.neuron import NeuronModelForCausalLM",
             "from transformers import AutoTokenizer",
-            f'model = NeuronModelForCausalLM.from_pretrained("{exported}")',
-            f'tokenizer = AutoTokenizer.from_pretrained("{exported}")',
-            "# or serve it: optimum-cli neuron serve -m " + exported + "  (TGI: MODEL_ID=" + exported + ")",
+            'model = NeuronModelForCausalLM.from_pretrained(f"{bundle}/artifacts")',
+            'tokenizer = AutoTokenizer.from_pretrained(f"{bundle}/artifacts")',
+            "# or serve it: optimum-cli neuron serve -m <bundle>/artifacts (TGI: MODEL_ID=<bundle>/artifacts)",
         ]
     )

@@ -22,9 +22,11 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
     NEURON_EXTRA_INDEX,
     NeuronBackend,
     build_env,
+    bundle_line,
     bundle_rel,
     has_flag,
     neuron_device_present,
@@ -184,7 +186,7 @@ class TorchNeuronxBackend(NeuronBackend):
             encoding="utf-8",
         )
         extra = {
-            "load_snippet": torch_neuronx_load_snippet("<bundle>"),
+            "load_snippet": torch_neuronx_load_snippet(BUNDLE_PLACEHOLDER),
             "torch_neuronx": {
                 "trace": calls,
                 "inputs": input_names(spec),
@@ -202,10 +204,10 @@ def torch_neuronx_load_snippet(bundle_dir: str) -> str:
     """Python lines that load the traced buckets and route a padded batch to the smallest that fits."""
     return "\n".join(
         [
+            bundle_line(bundle_dir),
             "import json, torch, torch_neuronx  # torch_neuronx registers the Neuron ops",
-            f'index = json.load(open("{bundle_dir}/artifacts/{INDEX_FILE}"))',
-            f'artifacts = "{bundle_dir}/artifacts/"',
-            'models = {g["sequence"]: torch.jit.load(artifacts + g["file"]) for g in index["graphs"]}',
+            f'index = json.load(open(f"{{bundle}}/artifacts/{INDEX_FILE}"))',
+            'models = {g["sequence"]: torch.jit.load(f"{bundle}/artifacts/{g[\'file\']}") for g in index["graphs"]}',
             "# pad input_ids/attention_mask to the smallest bucket >= the sequence length, then:",
             "# outputs = models[bucket](input_ids, attention_mask)",
         ]

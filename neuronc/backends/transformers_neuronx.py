@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
     NEURON_EXTRA_INDEX,
     NeuronBackend,
     backend_extra,
+    bundle_line,
     bundle_rel,
     checkpoint_weight_files,
     copy_checkpoint,
@@ -225,7 +227,7 @@ class TransformersNeuronxBackend(NeuronBackend):
         if neuron_config_args:
             recorded["neuron_config"] = neuron_config_args
         extra = {
-            "load_snippet": tnx_load_snippet("<bundle>", class_name, recorded, spec.weights),
+            "load_snippet": tnx_load_snippet(BUNDLE_PLACEHOLDER, class_name, recorded, spec.weights),
             "transformers_neuronx": {
                 "model_class": f"transformers_neuronx.{class_name}",
                 "from_pretrained": recorded,
@@ -250,16 +252,16 @@ def tnx_load_snippet(bundle_dir: str, class_name: str, kwargs: Mapping[str, Any]
     """Python lines that reload a transformers-neuronx bundle: same kwargs, load(), to_neuron()."""
     plain = {k: v for k, v in kwargs.items() if k != "neuron_config"}
     args = ", ".join(f"{k}={v!r}" for k, v in plain.items())
-    source = f"{bundle_dir}/artifacts/{CHECKPOINT_DIR}" if weights != "reference" else "/path/to/checkpoint"
-    lines = [f"from transformers_neuronx import {class_name}"]
+    source = f'f"{{bundle}}/artifacts/{CHECKPOINT_DIR}"' if weights != "reference" else '"/path/to/checkpoint"'
+    lines = [bundle_line(bundle_dir), f"from transformers_neuronx import {class_name}"]
     if "neuron_config" in kwargs:
-        lines[0] += ", NeuronConfig"
+        lines[1] += ", NeuronConfig"
         args += f", neuron_config=NeuronConfig(**{dict(kwargs['neuron_config'])!r})"
     if weights == "reference":
         lines.append("# weights: reference -> the original Hugging Face checkpoint directory")
     lines += [
-        f'model = {class_name}.from_pretrained("{source}", {args})',
-        f'model.load("{bundle_dir}/artifacts/{NEFF_DIR}")  # NEFFs are matched by HLO hash: same versions and kwargs',
+        f"model = {class_name}.from_pretrained({source}, {args})",
+        f'model.load(f"{{bundle}}/artifacts/{NEFF_DIR}")  # NEFFs match by HLO hash: same versions and kwargs',
         "model.to_neuron()",
     ]
     return "\n".join(lines)
