@@ -279,6 +279,13 @@ def plan_partitions(dims: ModelDims, tensors: Iterable[TensorInfo], tp: int) -> 
     """
     if tp < 1:
         raise InvalidInputError(f"tp must be at least 1, got {tp}")
+    h, k = dims.num_heads, dims.num_kv_heads
+    if h % tp:
+        msg = f"tp={tp} does not divide the {h} attention heads of this {dims.family} model"
+        raise InvalidInputError(msg, hint=_tp_hint(dims))
+    if k % tp and tp % k:
+        msg = f"tp={tp} and the {k} KV heads of this {dims.family} model: neither divides the other"
+        raise InvalidInputError(msg, hint=_tp_hint(dims))
     rules = RULES[dims.family]
     plans: list[Partition] = []
     unknown: list[str] = []
@@ -376,4 +383,4 @@ def _merge(slices: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
 def _tp_hint(dims: ModelDims) -> str:
     h, k = dims.num_heads, dims.num_kv_heads
     ok = [t for t in (1, 2, 4, 8, 16, 32, 64) if h % t == 0 and (k % t == 0 or t % k == 0)]
-    return f"{dims.family} with {h} heads / {k} KV heads splits for tp in {ok}"
+    return f"with {h} attention heads and {k} KV heads, tp can be one of {ok} (if it also divides the MLP)"
