@@ -1,0 +1,1 @@
+SDK_DOUBLE = True

@@ -1,0 +1,277 @@
+"""nxdi backend: NeuronConfig mapping, model classes, availability, and compile through the SDK doubles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from sdk_doubles import write_dist_info
+from sdk_doubles.fixtures import files_under, make_job, make_spec, sdk_doubles, tiny_llama  # noqa: F401
+
+from neuronc.backends import get_backend
+from neuronc.backends._neuron_common import COMPILE_LOG
+from neuronc.backends.nxdi import MODEL_CLASSES, model_class_for, neuron_config_kwargs
+from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError
+from neuronc.profile import load_profile
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROFILE = """
+model: {{id: ./llama}}
+backend: nxdi
+target: inf2
+tp_degree: 2
+batch_size: 2
+amp: bf16
+sequence: {{max_length: 256, max_context_length: 128, context_buckets: [64, 128], token_buckets: [128, 256]}}
+weights: {weights}
+compiler: {{flags: ["-O1"]}}
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, tiny_llama: Path) -> Path:  # noqa: F811
+    shutil.copytree(tiny_llama, tmp_path / "llama")
+    return tmp_path
+
+
+def spec_for(workspace: Path, weights: str = "presharded", extra: str = ""):  # type: ignore[no-untyped-def]
+    return make_spec(PROFILE.format(weights=weights) + extra, workspace)
+
+
+def test_shipped_profile_maps_to_these_neuron_config_kwargs() -> None:
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-instruct-nxdi-inf2.yaml").builds
+    assert neuron_config_kwargs(spec) == {
+        "tp_degree": 8,
+        "batch_size": 4,
+        "seq_len": 16384,
+        "max_length": 16384,
+        "max_context_length": 8192,
+        "torch_dtype": "bfloat16",
+        "enable_bucketing": True,
+        "context_encoding_buckets": [1024, 2048, 4096, 8192],
+        "token_generation_buckets": [4096, 8192, 16384],
+        "save_sharded_checkpoint": True,
+        "logical_nc_config": 1,
+        "target": "inf2",
+    }
+    plan = get_backend("nxdi").plan(spec)
+    assert [g.name for g in plan.graphs] == [
+        "cte-b4-s1024",
+        "cte-b4-s2048",
+        "cte-b4-s4096",
+        "cte-b4-s8192",
+        "tkg-b4-s4096",
+        "tkg-b4-s8192",
+        "tkg-b4-s16384",
+    ]
+    assert "artifacts/weights/" in plan.weights_layout
+
+
+def test_single_buckets_turn_bucketing_off_and_weights_mode_picks_sharding(workspace: Path) -> None:
+    spec = make_spec(
+        """
+        model: {id: ./llama}
+        backend: nxdi
+        target: trn2
+        tp_degree: 2
+        sequence: {max_length: 256}
+        weights: on-load
+        """,
+        workspace,
+    )
+    assert neuron_config_kwargs(spec) == {
+        "tp_degree": 2,
+        "batch_size": 1,
+        "seq_len": 256,
+        "max_length": 256,
+        "max_context_length": 256,
+        "torch_dtype": "bfloat16",
+        "enable_bucketing": False,
+        "save_sharded_checkpoint": False,
+        "logical_nc_config": 2,
+        "target": "trn2",
+    }
+
+
+def test_extra_neuron_config_is_passed_through_but_cannot_override_profile_fields(workspace: Path) -> None:
+    spec = spec_for(workspace, extra="options: {neuron_config: {fused_qkv: true}}\n")
+    assert neuron_config_kwargs(spec)["fused_qkv"] is True
+    bad = spec_for(workspace, extra="options: {neuron_config: {tp_degree: 4}}\n")
+    with pytest.raises(InvalidInputError, match="tp_degree"):
+        get_backend("nxdi").plan(bad)
+
+
+def test_unknown_option_is_reported_with_a_suggestion(workspace: Path) -> None:
+    spec = spec_for(workspace, extra="options: {logical_nc_confg: 1}\n")
+    with pytest.raises(InvalidInputError) as info:
+        get_backend("nxdi").plan(spec)
+    assert "Did you mean 'logical_nc_config'?" in info.value.details[0]
+
+
+def test_model_class_per_model_type() -> None:
+    assert model_class_for("llama") == (
+        "neuronx_distributed_inference.models.llama.modeling_llama",
+        "NeuronLlamaForCausalLM",
+    )
+    assert model_class_for("qwen3_moe")[1] == "NeuronQwen3MoeForCausalLM"
+    assert model_class_for("anything", {"model_class": "pkg.mod:MyModel"}) == ("pkg.mod", "MyModel")
+    with pytest.raises(InvalidInputError, match="no causal-LM class for model_type 'opt'") as info:
+        model_class_for("opt")
+    assert "llama" in (info.value.hint or "")
+    with pytest.raises(InvalidInputError):
+        model_class_for("llama", {"model_class": "no-colon"})
+    assert all(cls.startswith("Neuron") and cls.endswith("ForCausalLM") for _, cls in MODEL_CLASSES.values())
+
+
+def test_unavailable_without_the_sdk_and_compile_exits_5(workspace: Path) -> None:
+    backend = get_backend("nxdi")
+    availability = backend.availability()
+    assert not availability.available
+    assert "neuronx-distributed-inference" in (availability.reason or "")
+    assert "pip.repos.neuron.amazonaws.com" in (availability.install_hint or "")
+    job = make_job(spec_for(workspace), workspace / "llama", workspace)
+    with pytest.raises(BackendUnavailableError) as info:
+        backend.compile(job)
+    assert info.value.exit_code == 5
+
+
+def test_pypi_placeholders_do_not_count_as_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    dists = write_dist_info(
+        tmp_path,
+        {
+            "torch-neuronx": "1.0",
+            "neuronx-cc": "1.0.post1",
+            "neuronx-distributed": "0.1",
+            "neuronx-distributed-inference": "0.1.0",
+        },
+    )
+    monkeypatch.syspath_prepend(str(dists))
+    availability = get_backend("nxdi").availability()
+    assert not availability.available
+    assert "torch-neuronx (found 1.0, the PyPI placeholder)" in (availability.reason or "")
+
+
+def test_available_with_the_sdk_doubles(sdk_doubles: Path) -> None:  # noqa: F811
+    availability = get_backend("nxdi").availability()
+    assert availability.available, availability.reason
+    assert availability.versions["neuronx-distributed-inference"] == "0.6.10598"
+    assert availability.versions["neuronx-cc"] == "2.21.33363.0+82129205"
+
+
+def _in_process(job, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    backend = get_backend("nxdi")
+    for key, value in backend.compile_env(job).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(job.work_dir)
+    return backend.compile_in_process(job)
+
+
+def test_presharded_compile_writes_model_pt_config_and_nxdi_rank_shards(
+    sdk_doubles: Path,  # noqa: F811
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = make_job(spec_for(workspace, "presharded"), workspace / "llama", workspace)
+    result = _in_process(job, monkeypatch)
+    assert files_under(job.artifacts_dir) == [
+        "model.pt",
+        "neuron_config.json",
+        "weights/tp0_sharded_checkpoint.safetensors",
+        "weights/tp1_sharded_checkpoint.safetensors",
+    ]
+    config = json.loads((job.artifacts_dir / "neuron_config.json").read_text())
+    assert config["neuron_config"]["context_encoding_buckets"] == [64, 128]
+    assert config["neuron_config"]["save_sharded_checkpoint"] is True
+    assert config["_name_or_path"] == "llama"  # no build-host path in the bundle
+    assert [g.graph.name for g in result.graphs] == ["cte-b2-s64", "cte-b2-s128", "tkg-b2-s128", "tkg-b2-s256"]
+    assert {g.artifact for g in result.graphs} == {"artifacts/model.pt"}
+    # Each bucket compiled in this build's own BASE_COMPILE_WORK_DIR.
+    logs = sorted(p.relative_to(job.work_dir).as_posix() for p in job.work_dir.rglob("log-neuron-cc.txt"))
+    assert logs[0] == "nxd/context_encoding_model/_tp0_bk0/log-neuron-cc.txt"
+    assert len(logs) == 4
+    assert "-O1" in (job.work_dir / logs[0]).read_text()
+    assert result.extra["nxdi"]["model_class"].endswith(":NeuronLlamaForCausalLM")
+
+
+def test_on_load_bundle_is_self_contained_after_it_moves(
+    sdk_doubles: Path,  # noqa: F811
+    workspace: Path,
+) -> None:
+    job = make_job(spec_for(workspace, "on-load"), workspace / "llama", workspace)
+    result = get_backend("nxdi").compile(job)  # the isolated child process
+    assert "model.safetensors" in files_under(job.artifacts_dir)
+    assert "weights" not in {p.name for p in job.artifacts_dir.iterdir()}
+    assert (job.logs_dir / COMPILE_LOG).is_file()
+    assert (job.logs_dir / "neuronx-cc/nxd/token_generation_model/_tp0_bk1/log-neuron-cc.txt").is_file()
+    snippet = result.extra["load_snippet"]
+    assert snippet.splitlines()[0] == 'bundle = "/path/to/this/bundle"  # this bundle\'s directory'
+    # Publish = rename: the build host's paths are gone, the bundle still loads its own weights.
+    moved = workspace / "published"
+    job.artifacts_dir.parent.rename(moved)
+    shutil.rmtree(workspace / "llama")
+    from neuronx_distributed_inference.models.llama.modeling_llama import NeuronLlamaForCausalLM
+
+    model = NeuronLlamaForCausalLM(f"{moved}/artifacts/")
+    model.load(f"{moved}/artifacts/")
+    assert model.loaded_weights_from == f"{moved}/artifacts/"
+
+
+def test_compiler_failure_raises_compile_error_with_the_log_tail(
+    sdk_doubles: Path,  # noqa: F811
+    workspace: Path,
+) -> None:
+    job = make_job(
+        spec_for(workspace),
+        workspace / "llama",
+        workspace,
+        NEURONC_SDK_DOUBLE_FAIL="Estimated peak HBM usage exceeds 16GB",
+    )
+    with pytest.raises(CompileError) as info:
+        get_backend("nxdi").compile(job)
+    error = info.value
+    assert error.exit_code == 3
+    assert error.log_path == str(job.logs_dir / COMPILE_LOG)
+    assert any("ERROR: Estimated peak HBM usage exceeds 16GB" in line for line in error.details)
+    # neuronx-cc's own log of the failing graph is kept too.
+    assert list((job.logs_dir / "neuronx-cc").rglob("log-neuron-cc.txt"))
+
+
+def test_unsupported_architecture_fails_as_invalid_input_from_the_child(
+    sdk_doubles: Path,  # noqa: F811
+    workspace: Path,
+) -> None:
+    config = json.loads((workspace / "llama/config.json").read_text())
+    config["model_type"] = "gpt_bigcode"
+    (workspace / "llama/config.json").write_text(json.dumps(config))
+    job = make_job(spec_for(workspace), workspace / "llama", workspace)
+    with pytest.raises(InvalidInputError, match="gpt_bigcode"):
+        get_backend("nxdi").compile(job)
+
+
+def test_load_snippet_names_the_model_class_from_the_manifest(tmp_path: Path) -> None:
+    manifest = {"extra": {"nxdi": {"model_class": "pkg.mod:NeuronQwen2ForCausalLM", "weights": "presharded"}}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    snippet = get_backend("nxdi").load_snippet(str(tmp_path))
+    assert snippet is not None
+    assert snippet.splitlines()[:2] == [
+        f"bundle = {json.dumps(str(tmp_path))}",
+        "from pkg.mod import NeuronQwen2ForCausalLM",
+    ]
+    assert 'model = NeuronQwen2ForCausalLM(f"{bundle}/artifacts/")' in snippet
+    compile(snippet, "<snippet>", "exec")
+
+
+def test_importing_the_backend_imports_no_sdk_or_torch() -> None:
+    import subprocess
+
+    code = (
+        "import sys, neuronc.backends.nxdi, neuronc.backends.optimum_neuron, neuronc.backends.transformers_neuronx, "
+        "neuronc.backends.torch_neuronx; "
+        "print(sorted(m for m in ('torch', 'transformers', 'torch_neuronx', 'optimum') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
