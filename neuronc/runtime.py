@@ -1,0 +1,51 @@
+"""Load a bundle to run it, whatever backend built it: ``load(bundle_dir).generate(...)``.
+
+Only backends with a runtime on this machine can load (today: ``inductor``, on CPU). Importing this
+module is cheap; torch is imported by the backend's loader.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from neuronc.errors import BackendUnavailableError, BundleFormatError
+
+
+def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
+    """The backend that built a bundle: from manifest.json, else from its artifacts."""
+    root = Path(bundle_dir)
+    if not root.is_dir():
+        raise BundleFormatError(f"{root}: no such bundle directory")
+    if (root / "manifest.json").is_file():
+        from neuronc.bundle import read_manifest
+
+        return str(read_manifest(root).backend)
+    from neuronc.backends.inductor import INDEX_NAME
+
+    if (root / "artifacts" / INDEX_NAME).is_file():
+        return "inductor"
+    raise BundleFormatError(
+        f"{root}: not a bundle (no manifest.json)", hint="pass the directory `neuronc compile` printed"
+    )
+
+
+def load(bundle_dir: str | os.PathLike[str]) -> Any:
+    """Load a bundle for generation; an object with ``generate(prompt, max_new_tokens, ...)``."""
+    from neuronc.backends import get_backend
+
+    name = bundle_backend(bundle_dir)
+    backend = get_backend(name)
+    loader = getattr(backend, "load", None)
+    if loader is None:
+        msg = f"bundles of backend '{name}' cannot run here: neuronc has no runtime for them"
+        raise BackendUnavailableError(
+            msg, hint="run it on its target with the backend's own runtime (see `neuronc inspect`)"
+        )
+    availability = backend.availability()
+    if not availability.available:
+        raise BackendUnavailableError(
+            f"backend '{name}' is not available: {availability.reason}", hint=availability.install_hint
+        )
+    return loader(bundle_dir)
