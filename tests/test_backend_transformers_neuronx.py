@@ -1,0 +1,185 @@
+"""transformers-neuronx backend: from_pretrained mapping, split checkpoint, compile and reload via the doubles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from sdk_doubles.fixtures import files_under, make_job, make_spec, sdk_doubles, tiny_llama, tiny_opt  # noqa: F401
+
+from neuronc.backends import get_backend
+from neuronc.backends.transformers_neuronx import (
+    from_pretrained_kwargs,
+    model_class_for,
+    sanitize_file_name,
+    write_split_checkpoint,
+)
+from neuronc.errors import InvalidInputError
+from neuronc.profile import load_profile
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_torchserve_llama2_13b_profile_maps_to_these_kwargs() -> None:
+    (spec,) = load_profile(REPO / "profiles/llama2-13b-tnx-inf2-tp12.yaml").builds
+    assert from_pretrained_kwargs(spec) == {
+        "batch_size": 4,
+        "tp_degree": 12,
+        "amp": "bf16",
+        "n_positions": [1024, 2048],
+        "context_length_estimate": [512, 1024, 2048],
+    }
+    plan = get_backend("transformers-neuronx").plan(spec)
+    assert [g.name for g in plan.graphs] == [
+        "cte-b4-s512",
+        "cte-b4-s1024",
+        "cte-b4-s2048",
+        "tkg-b4-s1024",
+        "tkg-b4-s2048",
+    ]
+
+
+def test_opt_6_7b_profile_maps_to_these_kwargs() -> None:
+    (spec,) = load_profile(REPO / "profiles/opt-6.7b-tnx-inf2-tp2.yaml").builds
+    assert from_pretrained_kwargs(spec) == {
+        "batch_size": 1,
+        "tp_degree": 2,
+        "amp": "f16",
+        "n_positions": [2048],
+        "context_length_estimate": [128, 512, 2048],
+    }
+
+
+def test_model_classes() -> None:
+    assert model_class_for("llama") == "LlamaForSampling"
+    assert model_class_for("opt") == "OPTForSampling"
+    assert model_class_for("gpt2") == "GPT2ForSamplingWithContextBroadcasting"
+    with pytest.raises(InvalidInputError, match="qwen3"):
+        model_class_for("qwen3")
+
+
+def test_sanitized_tensor_file_names() -> None:
+    assert sanitize_file_name("model.layers.0.self_attn.q_proj.weight") == "model.layers.0.self_attn.q_proj.weight"
+    assert sanitize_file_name(" a b/c:d ") == "a_bcd"
+    with pytest.raises(InvalidInputError):
+        sanitize_file_name("..")
+
+
+def test_split_checkpoint_streams_every_tensor_cast_to_the_amp_dtype(tiny_llama: Path, tmp_path: Path) -> None:  # noqa: F811
+    from safetensors.torch import load_file
+
+    table = write_split_checkpoint(tiny_llama, tmp_path, "float16")
+    original = load_file(str(tiny_llama / "model.safetensors"))
+    assert set(table) == set(original)
+    on_disk = json.loads((tmp_path / "pytorch_model.bin/key_to_filename.json").read_text())
+    assert on_disk == table
+    for index, (key, name) in enumerate(table.items()):
+        assert name == f"p{index}.{key}"
+        tensor = torch.load(tmp_path / "pytorch_model.bin" / name, weights_only=True)
+        assert tensor.dtype == torch.float16
+        torch.testing.assert_close(tensor, original[key].to(torch.float16))
+
+
+@pytest.mark.parametrize("weights", ["presharded", "on-load", "reference"])
+def test_compile_saves_neffs_and_the_bundle_reloads_with_the_snippet_kwargs(
+    sdk_doubles: Path,  # noqa: F811
+    tiny_opt: Path,  # noqa: F811
+    tmp_path: Path,
+    weights: str,
+) -> None:
+    shutil.copytree(tiny_opt, tmp_path / "opt")
+    spec = make_spec(
+        f"""
+        model: {{id: ./opt}}
+        backend: transformers-neuronx
+        target: inf2
+        tp_degree: 2
+        amp: fp16
+        sequence: {{max_length: 256, context_buckets: [64, 128], token_buckets: [128, 256]}}
+        weights: {weights}
+        """,
+        tmp_path,
+    )
+    job = make_job(spec, tmp_path / "opt", tmp_path)
+    result = get_backend("transformers-neuronx").compile(job)
+    files = files_under(job.artifacts_dir)
+    neffs = [f for f in files if f.startswith("neff/")]
+    assert len(neffs) == 4  # two context and two token kernels
+    assert all(len(Path(f).stem) == 20 for f in neffs)
+    if weights == "presharded":
+        assert "checkpoint/pytorch_model.bin/key_to_filename.json" in files
+        assert "checkpoint/config.json" in files
+    elif weights == "on-load":
+        assert "checkpoint/model.safetensors" in files
+    else:
+        assert not any(f.startswith("checkpoint/") for f in files)
+    info = result.extra["transformers_neuronx"]
+    assert info["from_pretrained"]["amp"] == "f16"
+    assert {g.artifact for g in result.graphs} == {"artifacts/neff"}
+
+    # Reload as the snippet says: same kwargs, load(neff dir), to_neuron() finds every NEFF.
+    import transformers_neuronx
+
+    source = job.artifacts_dir / "checkpoint" if weights != "reference" else tmp_path / "opt"
+    model = transformers_neuronx.OPTForSampling.from_pretrained(str(source), **info["from_pretrained"])
+    model.load(str(job.artifacts_dir / "neff"))
+    model.to_neuron()
+    # Other kwargs hash to other NEFFs: the reload fails the way the real library does.
+    other = transformers_neuronx.OPTForSampling.from_pretrained(
+        str(source), **{**info["from_pretrained"], "batch_size": 2}
+    )
+    other.load(str(job.artifacts_dir / "neff"))
+    with pytest.raises(FileNotFoundError, match="Could not find a matching NEFF"):
+        other.to_neuron()
+
+
+def test_neuron_config_option_reaches_the_model_and_the_snippet(
+    sdk_doubles: Path,  # noqa: F811
+    tiny_llama: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(tiny_llama, tmp_path / "llama")
+    spec = make_spec(
+        """
+        model: {id: ./llama}
+        backend: transformers-neuronx
+        target: trn1
+        tp_degree: 2
+        sequence: {max_length: 256}
+        weights: on-load
+        options: {neuron_config: {fuse_qkv: true}}
+        """,
+        tmp_path,
+    )
+    result = get_backend("transformers-neuronx").compile(make_job(spec, tmp_path / "llama", tmp_path))
+    snippet = result.extra["load_snippet"]
+    assert "from transformers_neuronx import LlamaForSampling, NeuronConfig" in snippet
+    assert "neuron_config=NeuronConfig(**{'fuse_qkv': True})" in snippet
+    compile(snippet, "<snippet>", "exec")
+
+
+def test_profile_fields_cannot_be_overridden_through_options(tiny_llama: Path, tmp_path: Path) -> None:  # noqa: F811
+    shutil.copytree(tiny_llama, tmp_path / "llama")
+    spec = make_spec(
+        """
+        model: {id: ./llama}
+        backend: transformers-neuronx
+        target: inf2
+        tp_degree: 2
+        sequence: {max_length: 256}
+        options: {from_pretrained: {amp: f32}}
+        """,
+        tmp_path,
+    )
+    with pytest.raises(InvalidInputError, match="amp"):
+        get_backend("transformers-neuronx").plan(spec)
+
+
+def test_any_tp_up_to_the_core_count_and_no_trn2() -> None:
+    backend = get_backend("transformers-neuronx")
+    assert 12 in (backend.supported_tp_degrees("inf2", {}) or ())
+    assert 25 not in (backend.supported_tp_degrees("inf2", {}) or ())
+    assert "trn2" not in backend.targets
