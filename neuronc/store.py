@@ -358,17 +358,10 @@ class Store:
 
     # -- listing ----------------------------------------------------------------------------
     def _bundle_dirs(self) -> Iterator[Path]:
-        if not self.root.is_dir():
-            return
-        for slug in sorted(self.root.iterdir()):
-            if slug.name.startswith(".") or slug.is_symlink() or not slug.is_dir():
-                continue
-            for label in sorted(slug.iterdir()):
-                if label.is_symlink() or not label.is_dir():
-                    continue
-                for bundle in sorted(label.iterdir()):
-                    if not bundle.name.startswith(".") and bundle.is_dir() and not bundle.is_symlink():
-                        yield bundle
+        # Directories may vanish while we walk (gc, rm, a concurrent publish replacing one).
+        for slug in _subdirs(self.root, skip_hidden=True):
+            for label in _subdirs(slug):
+                yield from _subdirs(label, skip_hidden=True)
 
     def list(self) -> list[StoreEntry]:
         """Every complete bundle, newest first."""
@@ -456,15 +449,10 @@ class Store:
         return report
 
     def _remove_empty_dirs(self) -> None:
-        if not self.root.is_dir():
-            return
-        for slug in self.root.iterdir():
-            if slug.name.startswith(".") or slug.is_symlink() or not slug.is_dir():
-                continue
-            for label in slug.iterdir():
-                if label.is_dir() and not label.is_symlink():
-                    with contextlib.suppress(OSError):
-                        label.rmdir()
+        for slug in _subdirs(self.root, skip_hidden=True):
+            for label in _subdirs(slug):
+                with contextlib.suppress(OSError):
+                    label.rmdir()  # only when empty; a publisher recreates it if it needs it
             with contextlib.suppress(OSError):
                 slug.rmdir()
 
@@ -490,6 +478,19 @@ class Store:
             if best is None or rank < best[0]:
                 best = (rank, Nearest(entry.path, m, differences, same_toolchain))
         return best[1] if best else None
+
+
+def _subdirs(path: Path, *, skip_hidden: bool = False) -> builtins.list[Path]:
+    """Real (non-symlink) subdirectories, sorted; an unreadable or vanished directory has none."""
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError:
+        return []
+    return [
+        Path(e.path)
+        for e in entries
+        if not (skip_hidden and e.name.startswith(".")) and e.is_dir(follow_symlinks=False)
+    ]
 
 
 def _incomplete_reason(path: Path) -> str | None:

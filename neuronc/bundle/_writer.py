@@ -397,21 +397,40 @@ class BundleWriter:
         self._finished = self.destination
         return self.destination
 
+    def _rename_into(self, dest: Path) -> None:
+        """rename(staging, dest), recreating dest's parents if a concurrent gc removed them while empty."""
+        for _ in range(100):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(self.path, dest)  # atomic; replaces an empty directory
+                return
+            except FileNotFoundError:
+                if not self.path.is_dir():
+                    raise
+        msg = f"cannot publish {dest}: its parent directory keeps disappearing"
+        raise OSError(msg)
+
     def _publish(self) -> None:
         dest = self.destination
         assert dest is not None
         trash: Path | None = None
         try:
-            os.rename(self.path, dest)  # atomic; replaces an empty directory
+            self._rename_into(dest)
+        except FileNotFoundError:
+            raise
         except OSError:
             if not dest.exists() and not dest.is_symlink():
                 raise
             if not self.overwrite:
                 msg = f"{dest} already exists"
                 raise BundleExistsError(msg, hint="pass --force to replace it") from None
+            # Not atomic as a pair: a crash in between leaves no bundle at dest, never a partial one.
             trash = self.work_dir / f"{TRASH_PREFIX}{self._label}-{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(dest, trash)
-            os.rename(self.path, dest)
+            try:
+                os.rename(dest, trash)
+            except FileNotFoundError:
+                trash = None  # someone (gc, store rm) moved it away first
+            self._rename_into(dest)
         fsync_path(dest.parent, directory=True)
         if self.work_dir != dest.parent:
             fsync_path(self.work_dir, directory=True)

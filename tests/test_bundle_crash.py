@@ -1,0 +1,71 @@
+"""Crash safety: a process writing a bundle is SIGKILLed at random instants.
+
+After each kill the store holds no incomplete bundle (every directory at bundle depth verifies);
+``gc`` then removes the leftovers, and a rerun publishes a bundle that verifies.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+from plugins.fake_backend import build_bundle
+
+from neuronc.bundle import read_manifest, verify_bundle
+from neuronc.store import Store
+
+KILLS = 40
+
+
+def _fork_build(store: Store) -> int:
+    pid = os.fork()
+    if pid == 0:  # child: build and publish, then leave without running pytest's teardown
+        code = 1
+        try:
+            build_bundle(store=store, shard_bytes=16 * 1024, pause=0.0015)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _assert_only_complete_bundles(store: Store) -> int:
+    count = 0
+    for path in store._bundle_dirs():
+        manifest = read_manifest(path)  # raises if a directory at bundle depth is not a bundle
+        report = verify_bundle(path, manifest=manifest, jobs=1)
+        assert report.ok, (path, report.problems())
+        count += 1
+    return count
+
+
+def test_sigkill_at_any_instant_leaves_no_or_a_complete_bundle(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    seed = int(os.environ.get("NEURONC_CRASH_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    start = time.perf_counter()
+    pid = _fork_build(store)
+    assert os.waitpid(pid, 0)[1] == 0
+    duration = time.perf_counter() - start
+    store.remove(read_manifest(store.list()[0].path).config_hash)
+    published = 0
+    for _ in range(KILLS):
+        pid = _fork_build(store)
+        time.sleep(rng.uniform(0, duration * 1.05))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        published += os.WIFEXITED(status)
+        assert _assert_only_complete_bundles(store) <= 1, f"seed {seed}"
+    report = store.gc()
+    assert not [p for p in store.staging_dir.iterdir()], f"gc left staging entries (seed {seed})"
+    assert all(r.reason != "incomplete (no manifest)" for r in report.removed), "an incomplete bundle was visible"
+    pid = _fork_build(store)
+    assert os.waitpid(pid, 0)[1] == 0
+    [entry] = store.list()
+    assert verify_bundle(entry.path).ok
+    assert store.lookup(entry.manifest.config_hash, entry.manifest.toolchain_key) == entry.path
+    # Most kills must land mid-write for the test to mean anything.
+    assert published < KILLS // 2, f"only {KILLS - published} kills interrupted a build (seed {seed})"
