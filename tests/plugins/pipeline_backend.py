@@ -1,0 +1,86 @@
+"""Plugin backends for compile-pipeline tests, registered like third-party entry points.
+
+``pipeline`` is the fake backend with behaviours chosen by the profile's ``options`` (so each is a
+different build, as it would be for a real option):
+
+- ``sleep: S`` — take S seconds per graph (concurrency and interrupt tests);
+- ``fail: true`` — write a compiler log and raise CompileError pointing at it;
+- ``crash: true`` — raise a plain RuntimeError, as a compiler crashing inside Python would;
+- ``interrupt: true`` — raise KeyboardInterrupt halfway through, as Ctrl-C would;
+- ``env_error: true`` — raise EnvironmentIncompatibleError (a runtime the compiler needs is missing).
+
+Every compile appends one line to ``$NEURONC_TEST_COMPILE_LOG`` (when set), so tests can count
+how often a backend really compiled. ``missing`` is a backend whose package is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import ClassVar
+
+from neuronc.backends import register_backend_for_tests, unregister_backend_for_tests
+from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
+from neuronc.errors import CompileError, EnvironmentIncompatibleError
+from plugins.fake_backend import FakeBackend
+
+NAME = "pipeline"
+MISSING = "missing"
+COMPILE_LOG_ENV = "NEURONC_TEST_COMPILE_LOG"
+
+
+class PipelineBackend(FakeBackend):
+    name: ClassVar[str] = NAME
+    description: ClassVar[str] = "test double for the compile pipeline"
+
+    def compile(self, job: CompileJob) -> CompileResult:
+        options = job.spec.options
+        log_path = os.environ.get(COMPILE_LOG_ENV)
+        if log_path:
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(f"{os.getpid()} {job.spec.model.id} {job.spec.sequence.context_buckets}\n")
+        graphs = []
+        for index, graph in enumerate(job.plan.graphs):
+            task = job.progress.task(f"graph {graph.name}")
+            start = time.perf_counter()
+            time.sleep(float(options.get("sleep", 0)))
+            if options.get("interrupt") and index == len(job.plan.graphs) // 2:
+                raise KeyboardInterrupt
+            if options.get("env_error"):
+                msg = "fake-cc needs a Neuron device driver that is not loaded"
+                raise EnvironmentIncompatibleError(msg)
+            log = job.logs_dir / f"{graph.name}.log"
+            log.write_text("".join(f"compiler line {i} for {graph.name}\n" for i in range(50)))
+            if options.get("fail"):
+                log.write_text(log.read_text() + "ERROR: fake-cc: unsupported operator 'aten::frobnicate'\n")
+                msg = f"fake-cc failed on graph {graph.name}"
+                raise CompileError(msg, log_path=str(log))
+            if options.get("crash"):
+                msg = "segfault-ish failure inside the compiler"
+                raise RuntimeError(msg)
+            path = job.artifacts_dir / f"{graph.name}.neff"
+            path.write_bytes(f"{graph.name}:{job.spec.model.id}".encode() * 64)
+            graphs.append(CompiledGraph(graph, f"artifacts/{path.name}", time.perf_counter() - start))
+            task.done()
+        return CompileResult(graphs, extra={"compiled_by": NAME})
+
+
+class MissingBackend(BackendBase):
+    name: ClassVar[str] = MISSING
+    description: ClassVar[str] = "a backend whose SDK is not installed"
+    targets: ClassVar[frozenset[str]] = frozenset({"cpu", "inf2"})
+    requires_tp_divides_heads: ClassVar[bool] = False
+    packages: ClassVar[tuple[str, ...]] = ("neuronc-test-sdk-that-does-not-exist",)
+    required: ClassVar[tuple[str, ...]] = ("neuronc-test-sdk-that-does-not-exist",)
+    install_hint: ClassVar[str | None] = "pip install neuronc-test-sdk-that-does-not-exist"
+
+
+def register() -> None:
+    register_backend_for_tests("fake", "plugins.fake_backend:FakeBackend")
+    register_backend_for_tests(NAME, "plugins.pipeline_backend:PipelineBackend")
+    register_backend_for_tests(MISSING, "plugins.pipeline_backend:MissingBackend")
+
+
+def unregister() -> None:
+    for name in ("fake", NAME, MISSING):
+        unregister_backend_for_tests(name)
