@@ -6,6 +6,7 @@ A manifest is untrusted data. Everything here is pure: it parses bytes into a ``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -145,6 +146,10 @@ class Manifest(_Record):
     stages: list[Stage] = Field(default_factory=list, max_length=MAX_STAGES)
     files: list[FileEntry] = Field(default_factory=list, max_length=MAX_FILES)
     extra: dict[str, Any] = Field(default_factory=dict, description="backend-specific (e.g. load_snippet)")
+    manifest_sha256: Hex64 | None = Field(
+        default=None,
+        description="SHA-256 of this file's bytes with this value replaced by 64 zeros (always the last field)",
+    )
 
     @field_validator("created_at")
     @classmethod
@@ -209,8 +214,34 @@ class Manifest(_Record):
         return sum(sizes) if sizes else None
 
     def to_json_text(self) -> str:
-        """The manifest as written: schema_version first, two-space indent, trailing newline."""
-        return json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n"
+        """The manifest as written: schema_version first, two-space indent, trailing newline.
+
+        The last field, ``manifest_sha256``, seals the bytes: verify recomputes it, so a changed byte
+        anywhere in manifest.json is caught like a changed byte in any other file.
+        """
+        data = self.model_dump(mode="json")
+        data.pop("manifest_sha256", None)
+        data["manifest_sha256"] = _ZEROS
+        raw = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        digest = hashlib.sha256(raw).hexdigest()
+        match = _SEAL.search(raw)
+        assert match is not None
+        return (raw[: match.start(1)] + digest.encode() + raw[match.end(1) :]).decode("utf-8")
+
+
+_ZEROS = "0" * 64
+_SEAL = re.compile(rb'\n  "manifest_sha256": "([0-9a-f]{64})"\n\}\n\Z')
+
+
+def manifest_seal_problem(raw: bytes) -> str | None:
+    """Why manifest bytes do not match their own ``manifest_sha256`` seal, or None when they do."""
+    match = _SEAL.search(raw)
+    if match is None:
+        return "no manifest_sha256 seal at the end of the manifest"
+    zeroed = raw[: match.start(1)] + _ZEROS.encode() + raw[match.end(1) :]
+    if hashlib.sha256(zeroed).hexdigest() != match.group(1).decode():
+        return "manifest changed after it was written (manifest_sha256 differs)"
+    return None
 
 
 # -- paths ----------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from neuronc.bundle._manifest import (
     MAX_MANIFEST_BYTES,
     FileEntry,
     Manifest,
+    manifest_seal_problem,
     parse_manifest,
     safe_text,
 )
@@ -174,12 +175,16 @@ def verify_bundle(
     Raises BundleFormatError (exit 2) if the manifest itself is unreadable or unsafe; integrity
     problems are returned in the report (``report.raise_for_problems()`` turns them into exit 4).
     """
+    raw = read_manifest_bytes(bundle_dir)
     if manifest is None:
-        manifest = read_manifest(bundle_dir)
+        manifest = parse_manifest(raw, where=f"{safe_text(bundle_dir)}/{MANIFEST_NAME}")
     root = _root(bundle_dir)
     jobs = max(1, jobs or default_jobs())
     report = VerifyReport(bundle=str(bundle_dir), jobs=jobs)
     start = time.perf_counter()
+    seal = manifest_seal_problem(raw)
+    if seal is not None:
+        report.mismatched.append(FileProblem(MANIFEST_NAME, seal))
     listed = {f.path for f in manifest.files}
     for rel, why in walk_regular(root, MAX_FILES + 1000):
         if rel == MANIFEST_NAME and why is None:
