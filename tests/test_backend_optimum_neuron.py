@@ -1,0 +1,132 @@
+"""optimum-neuron backend: export arguments, NxDNeuronConfig fields, plan, export through the doubles."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from sdk_doubles.fixtures import files_under, make_job, make_spec, sdk_doubles, tiny_llama  # noqa: F401
+
+from neuronc.backends import get_backend
+from neuronc.backends.optimum_neuron import export_arguments, export_command, neuron_config_kwargs
+from neuronc.errors import InvalidInputError
+from neuronc.profile import load_profile
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROFILE = """
+model: {{id: {model}}}
+backend: optimum-neuron
+target: inf2
+tp_degree: 2
+batch_size: 4
+amp: bf16
+sequence: {{max_length: 256, max_context_length: 128}}
+weights: {weights}
+"""
+
+
+def test_tgi_profile_maps_to_these_export_arguments_and_neuron_config() -> None:
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").builds
+    assert export_arguments(spec) == {
+        "batch_size": 8,
+        "sequence_length": 16512,
+        "tensor_parallel_size": 8,
+        "instance_type": "inf2",
+        "torch_dtype": "bfloat16",
+    }
+    assert neuron_config_kwargs(spec) == {
+        "checkpoint_id": "meta-llama/Meta-Llama-3.1-8B",
+        "checkpoint_revision": None,
+        "batch_size": 8,
+        "sequence_length": 16512,
+        "max_context_length": 16512,
+        "tp_degree": 8,
+        "torch_dtype": "bfloat16",
+        "target": "trn1",
+    }
+    assert export_command(spec, "out") == (
+        "optimum-cli export neuron -m meta-llama/Meta-Llama-3.1-8B --batch_size 8 --sequence_length 16512 "
+        "--tensor_parallel_size 8 --instance_type inf2 --torch_dtype bfloat16 out"
+    )
+    plan = get_backend("optimum-neuron").plan(spec)
+    # Continuous batching (batch > 1): context encoding runs one sequence at a time.
+    assert [g.name for g in plan.graphs] == ["cte-b1-s16512", "tkg-b8-s16512"]
+
+
+def test_bucket_lists_are_refused(tmp_path: Path) -> None:
+    spec = make_spec(
+        """
+        model: {id: org/model}
+        backend: optimum-neuron
+        target: trn1
+        tp_degree: 2
+        sequence: {max_length: 256, context_buckets: [128, 256]}
+        """,
+        tmp_path,
+    )
+    with pytest.raises(InvalidInputError, match="no bucket lists"):
+        get_backend("optimum-neuron").plan(spec)
+
+
+def test_reference_weights_need_a_hub_model(tiny_llama: Path, tmp_path: Path) -> None:  # noqa: F811
+    shutil.copytree(tiny_llama, tmp_path / "llama")
+    spec = make_spec(PROFILE.format(model="./llama", weights="reference"), tmp_path)
+    with pytest.raises(InvalidInputError, match="reference needs a Hub model"):
+        get_backend("optimum-neuron").plan(spec)
+
+
+def test_trn2_is_its_own_target_and_batch_1_has_no_continuous_batching(tmp_path: Path) -> None:
+    spec = make_spec(
+        """
+        model: {id: org/model}
+        backend: optimum-neuron
+        target: trn2
+        tp_degree: 4
+        sequence: {max_length: 1024}
+        """,
+        tmp_path,
+    )
+    assert neuron_config_kwargs(spec)["target"] == "trn2"
+    assert [g.name for g in get_backend("optimum-neuron").plan(spec).graphs] == ["cte-b1-s1024", "tkg-b1-s1024"]
+
+
+@pytest.mark.parametrize("weights", ["presharded", "on-load", "reference"])
+def test_export_writes_the_directory_optimum_neuron_loads(
+    sdk_doubles: Path,  # noqa: F811
+    tiny_llama: Path,  # noqa: F811
+    tmp_path: Path,
+    weights: str,
+) -> None:
+    checkpoint = tmp_path / "llama"
+    shutil.copytree(tiny_llama, checkpoint)
+    model_id = "./llama" if weights != "reference" else "example-org/tiny-llama"
+    spec = make_spec(PROFILE.format(model=model_id, weights=weights), tmp_path)
+    job = make_job(spec, checkpoint, tmp_path)
+    result = get_backend("optimum-neuron").compile(job)
+    files = files_under(job.artifacts_dir)
+    assert {"config.json", "generation_config.json", "model.pt", "neuron_config.json"} <= set(files)
+    shards = [f for f in files if f.startswith("checkpoint/weights/")]
+    assert len(shards) == (2 if weights == "presharded" else 0)
+    assert ("model.safetensors" in files) == (weights == "on-load")
+    neuron_config = json.loads((job.artifacts_dir / "neuron_config.json").read_text())
+    assert neuron_config["target"] == "trn1"
+    assert neuron_config["max_context_length"] == 128
+    assert neuron_config["continuous_batching"] is True  # optimum-neuron's own default for batch > 1
+    assert neuron_config["checkpoint_id"] == (None if weights != "reference" else "example-org/tiny-llama")
+    # The environment pinned the compile target, as optimum-cli does on a CPU host.
+    assert "NEURON_PLATFORM_TARGET_OVERRIDE=trn1" in (job.logs_dir / "compile.log").read_text()
+
+    from optimum.neuron import NeuronModelForCausalLM
+
+    model = NeuronModelForCausalLM.from_pretrained(str(job.artifacts_dir))
+    expected = {
+        "presharded": str(job.artifacts_dir / "checkpoint"),
+        "on-load": str(job.artifacts_dir),
+        "reference": "hub:example-org/tiny-llama@None",
+    }[weights]
+    assert model.loaded_weights_from == expected
+    assert result.extra["optimum_neuron"]["export_arguments"]["tensor_parallel_size"] == 2
+    assert [g.name for g in (r.graph for r in result.graphs)] == ["cte-b1-s128", "tkg-b4-s256"]
