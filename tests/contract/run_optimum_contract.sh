@@ -5,12 +5,12 @@
 # classes import on CPU without the Neuron SDK. This script creates (or reuses) a venv with
 # optimum-neuron, torch (CPU) and neuronc, then runs tests/contract/.
 #
-#   tests/contract/run_optimum_contract.sh            # venv in ${OPTIMUM_CONTRACT_VENV:-.venv-optimum-contract}
+#   tests/contract/run_optimum_contract.sh            # venv in $OPTIMUM_CONTRACT_VENV, default ~/.cache/neuronc/optimum-contract-venv
 #   OPTIMUM_CONTRACT_VENV=/tmp/on-venv tests/contract/run_optimum_contract.sh -x
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-venv="${OPTIMUM_CONTRACT_VENV:-$repo/.venv-optimum-contract}"
+venv="${OPTIMUM_CONTRACT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/neuronc/optimum-contract-venv}"
 python="${PYTHON:-python3}"
 
 if [[ ! -x "$venv/bin/python" ]]; then
