@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from neuronc.checkpoint.reader import TensorInfo
@@ -270,8 +271,12 @@ def model_dims(config: dict[str, Any] | None, *, where: str) -> ModelDims:
     return ModelDims(family=family, num_heads=heads, num_kv_heads=kv)
 
 
-def plan_partitions(dims: ModelDims, tensors: Iterable[TensorInfo], tp: int) -> list[Partition]:
+def plan_partitions(
+    dims: ModelDims, tensors: Iterable[TensorInfo], tp: int, *, root: Path | None = None
+) -> list[Partition]:
     """Return one Partition per tensor, in the order given.
+
+    ``root`` (the checkpoint directory) only makes error messages name the file a tensor is in.
 
     Raises:
         InvalidInputError: tp does not divide the heads or rows a rule splits.
@@ -289,16 +294,25 @@ def plan_partitions(dims: ModelDims, tensors: Iterable[TensorInfo], tp: int) -> 
     rules = RULES[dims.family]
     plans: list[Partition] = []
     unknown: list[str] = []
+    unknown_file = ""
     for info in tensors:
         rule = next((r for r in rules if r.matches(info.name)), None)
         if rule is None:
             unknown.append(info.name)
+            unknown_file = unknown_file or _where(root, info)
             continue
-        plans.append(_plan_one(rule, info, dims, tp))
+        try:
+            plans.append(_plan_one(rule, info, dims, tp))
+        except CheckpointError as exc:
+            raise CheckpointError(f"{_where(root, info)}{exc.message}", hint=exc.hint) from None
     if unknown:
-        msg = f"{len(unknown)} tensor(s) match no {dims.family} partition rule, e.g. '{unknown[0]}'"
+        msg = f"{unknown_file}{len(unknown)} tensor(s) match no {dims.family} partition rule, e.g. '{unknown[0]}'"
         raise CheckpointError(msg, details=unknown[:20], hint="is config.json's model_type right?")
     return plans
+
+
+def _where(root: Path | None, info: TensorInfo) -> str:
+    return f"{root / info.file}: " if root is not None else f"{info.file}: "
 
 
 def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partition:

@@ -408,15 +408,27 @@ def _load_bin(path: Path) -> dict[str, Any]:
                 raise
             state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        msg = f"{path}: refused: loading it would need full unpickling, which can run arbitrary code ({first})"
+        msg = f"{path}: refused: loading it would need full unpickling, which can run arbitrary code"
+        reason = _torch_reason(exc, prefer="Unsupported global")
+        msg += f" ({reason})" if reason else ""
         raise CheckpointError(msg, hint="convert the checkpoint to safetensors with a tool you trust") from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated?): {first}") from None
+        reason = _torch_reason(exc) or type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated?): {reason}") from None
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
         msg = f"{path}: not a flat state dict of tensors (a training checkpoint or a wrapped model?)"
         raise CheckpointError(msg)
     return state
+
+
+def _torch_reason(exc: BaseException, prefer: str = "") -> str:
+    """The informative part of a torch.load error: one line, no ANSI colour, first sentence only."""
+    import re
+
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    chosen = next((line for line in lines if prefer and prefer in line), lines[0] if lines else "")
+    chosen = chosen.removeprefix("WeightsUnpickler error: ")
+    return chosen.split(". ")[0].rstrip(".")

@@ -137,7 +137,7 @@ def split_checkpoint(
 
     with open_checkpoint(model_dir) as ckpt:
         dims = model_dims(ckpt.config, where=str(model_dir))
-        plans = plan_partitions(dims, ckpt, tp)
+        plans = plan_partitions(dims, ckpt, tp, root=model_dir)
         stored = {p.name: cast_target(ckpt.tensors[p.name].dtype, target) for p in plans}
         # Widest elements first, then source order: every tensor then starts at a multiple of its
         # element size in the shard (the header is padded to 8), which zero-copy loaders like.
