@@ -23,6 +23,8 @@ _COMMAND_MODULES = (
     "inspect",
     "store",
     "split",
+    "plan",
+    "matrix",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"neuronc.cli.{_name}")

