@@ -83,3 +83,72 @@ def test_nearest_names_differing_fields(tmp_path: Path) -> None:
     near = store.nearest(wanted.inputs)
     assert near is not None
     assert [d["field"] for d in near.differences] == ["batch_size"]
+
+
+def test_store_writer_checks_keys_and_publishes_nothing_on_mismatch(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    spec = make_spec()
+    with store.writer("ab" * 32, toolchain_key({})) as w:
+        w.write_bytes("artifacts/a", b"a")
+        with pytest.raises(ValueError, match="config hash"):
+            w.finish({"spec": spec, "config_key": config_key(spec), "toolchain": {}})
+    assert store.list() == []
+    assert [p for p in store.staging_dir.iterdir()] == []
+
+
+def test_lock_waits_reports_holder_and_times_out(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    store = Store(tmp_path / "store")
+    key, tk = "1" * 64, "2" * 64
+    pid = os.fork()
+    if pid == 0:
+        with store.lock(key, tk):
+            time.sleep(30)
+        os._exit(0)
+    try:
+        deadline = time.time() + 10
+        lock_file = store.locks_dir / f"{key[:16]}-{tk[:16]}.lock"
+        while not (lock_file.exists() and lock_file.read_text()) and time.time() < deadline:
+            time.sleep(0.01)
+        seen: list[str] = []
+        with pytest.raises(TimeoutError):
+            with store.lock(key, tk, timeout=0.2, on_wait=seen.append):
+                pass
+        assert seen and seen[0].startswith(f"pid {pid}")
+        assert store.gc().removed == []  # a held lock is not stale
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    # The holder died: the kernel released the lock; the next builder gets it, gc may remove it.
+    with store.lock(key, tk, timeout=2):
+        pass
+    assert [r.reason for r in store.gc().removed] == ["stale lock"]
+
+
+def test_gc_keeps_bundles_from_a_newer_neuronc(tmp_path: Path) -> None:
+    import json
+
+    store = Store(tmp_path / "store")
+    path = build_bundle(store=store)
+    data = json.loads((path / "manifest.json").read_text())
+    data["schema_version"] = "2.0"
+    (path / "manifest.json").write_text(json.dumps(data))
+    assert store.gc().removed == []
+    assert path.exists()
+
+
+def test_find_by_hash_toolchain_and_path(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    a = build_bundle(store=store, spec=make_spec(batch_size=1))
+    b = build_bundle(store=store, spec=make_spec(batch_size=2))
+    ha, hb = read_hash(a), read_hash(b)
+    common = next(i for i in range(64) if ha[i] != hb[i])
+    if common >= 4:
+        with pytest.raises(InvalidInputError, match="matches 2 bundles"):
+            store.remove(ha[:common])
+    assert [e.path for e in store.find(f"{ha[:12]}@{read_tk(a)[:6]}")] == [a]
+    assert [e.path for e in store.find(str(b.relative_to(store.root)))] == [b]
+    assert store.find(f"{ha[:12]}@ffffff") == [] or read_tk(a).startswith("ffffff")
