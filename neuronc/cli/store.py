@@ -20,6 +20,13 @@ def _size(n: int) -> str:
     return size(n)
 
 
+def _open(store: str | None) -> Any:
+    """A local Store, or a remote one (s3://, hf://) through neuronc.remote_store."""
+    from neuronc.remote_store import open_store
+
+    return open_store(store)
+
+
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -33,10 +40,9 @@ def _age(seconds: float | None) -> str:
 def list_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """List complete bundles: key, model, backend, size, age."""
     from neuronc.cli.inspect import _s
-    from neuronc.store import Store
 
     out.configure(json_mode=json_out)
-    s = Store.from_option(store)
+    s = _open(store)
     rows = [e.to_json() for e in s.list()]
 
     def render() -> None:
@@ -75,10 +81,19 @@ def rm_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove bundles from the store."""
+    from neuronc.errors import InvalidInputError
     from neuronc.store import Store
 
     out.configure(json_mode=json_out)
-    removed = Store.from_option(store).remove(key, all_matches=all_matches)
+    s = _open(store)
+    if isinstance(s, Store):
+        removed = s.remove(key, all_matches=all_matches)
+    else:
+        matches = s.find(key)
+        if len(matches) > 1 and not all_matches:
+            msg = f"'{key}' matches {len(matches)} bundles"
+            raise InvalidInputError(msg, details=[str(e.path) for e in matches], hint="give a longer prefix, or --all")
+        removed = s.remove(key)
     data: dict[str, Any] = {"removed": [e.to_json() for e in removed], "bytes_freed": sum(e.size for e in removed)}
 
     def render() -> None:
@@ -91,15 +106,13 @@ def rm_command(
 @command(store_app, name="gc", epilog="Example: neuronc store gc --json")
 def gc_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Remove staging leftovers of interrupted builds, incomplete bundles and stale locks."""
-    from neuronc.store import Store
-
     out.configure(json_mode=json_out)
-    report = Store.from_option(store).gc()
+    report = _open(store).gc()
     data = report.to_json()
 
     def render() -> None:
-        for r in report.removed:
-            out.print(f"removed {r.path} ({r.reason}, {_size(r.bytes)})")
+        for r in data["removed"]:
+            out.print(f"removed {r.get('path')} ({r.get('reason', 'unreferenced')}, {_size(int(r.get('bytes') or 0))})")
         out.print(f"freed {_size(report.bytes_freed)}")
 
     out.result(data, render)
