@@ -8,7 +8,8 @@ profile and the model's ``config.json``: no torch, no network, no file other tha
 The model (documented in docs/ci.md, "Pre-flight"):
 
 * **Parameters** are counted from ``config.json`` for the llama-like family (llama, mistral, qwen2,
-  qwen3, gemma, granite, phi3, ...), mixtral, opt, gpt2 and gpt_neox. Any other family, or a config
+  qwen3, gemma, gemma2, granite, phi3), mixtral, opt, gpt2 and gpt_neox, exactly as transformers
+  instantiates them (tests compare with transformers on the meta device). Any other family, or a config
   that is not available locally, gives "unknown" rather than a failure.
 * **Device memory per NeuronCore** = weights / tp + KV cache per core, where the KV cache is
   ``batch × max_length × layers × kv_heads × head_dim × 2 (K and V) × dtype bytes``. KV heads are
@@ -54,12 +55,6 @@ LLAMA_LIKE = frozenset(
         "gemma2",
         "granite",
         "phi3",
-        "olmo",
-        "olmo2",
-        "internlm2",
-        "starcoder2",
-        "cohere",
-        "stablelm",
     }
 )
 FAMILIES = (*sorted(LLAMA_LIKE), "mixtral", "opt", "gpt2", "gpt_neox")
@@ -301,7 +296,8 @@ def _llama_like(cfg: Mapping[str, Any], model_type: str) -> _Counted | None:
     attn = q + kv + o + ((heads + 2 * kv_heads) * head_dim if bias else 0)
     experts = _int(cfg, "num_local_experts") if model_type == "mixtral" else None
     mlp = 3 * hidden * inter * (experts or 1) + (hidden * experts if experts else 0)
-    norms = 2 * hidden + (2 * head_dim if model_type == "qwen3" else 0)
+    # gemma2 adds pre/post feed-forward norms; qwen3 normalises q and k per head.
+    norms = (4 if model_type == "gemma2" else 2) * hidden + (2 * head_dim if model_type == "qwen3" else 0)
     embed = vocab * hidden
     tied = cfg.get("tie_word_embeddings", model_type in {"gemma", "gemma2"}) is True
     params = embed + layers * (attn + mlp + norms) + hidden + (0 if tied else embed)
@@ -325,7 +321,7 @@ def _opt(cfg: Mapping[str, Any]) -> _Counted | None:
     layer = 4 * (hidden * hidden + hidden) + (hidden * ffn + ffn) + (ffn * hidden + hidden) + 4 * hidden
     final_norm = 2 * hidden if cfg.get("do_layer_norm_before", True) is not False else 0
     params = embed + projections + layers * layer + final_norm  # lm_head is tied to the embedding
-    largest = max(vocab * proj, hidden * ffn)
+    largest = max(vocab * proj, hidden * ffn, (positions + 2) * hidden, proj * hidden)
     return params, layers, hidden, heads, heads, hidden // heads, vocab, largest
 
 
@@ -348,7 +344,7 @@ def _gpt2(cfg: Mapping[str, Any]) -> _Counted | None:
         + (inner * hidden + hidden)
     )
     params = vocab * hidden + positions * hidden + layers * layer + 2 * hidden  # tied lm_head
-    largest = max(vocab * hidden, 3 * hidden * hidden, hidden * inner)
+    largest = max(vocab * hidden, 3 * hidden * hidden, hidden * inner, positions * hidden)
     return params, layers, hidden, heads, heads, hidden // heads, vocab, largest
 
 

@@ -19,6 +19,7 @@ from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
 from plugins.fake_backend import build_bundle, make_spec, register
 from typer.testing import CliRunner
 
+from neuronc._output import out
 from neuronc.bundle import MANIFEST_NAME, read_manifest, verify_bundle
 from neuronc.cli import app
 from neuronc.errors import InvalidInputError, VerificationError
@@ -35,6 +36,11 @@ from neuronc.remote_store import (
 from neuronc.store import Store
 
 # -- URL parsing and layout (no server) --------------------------------------------------------
+
+
+def _invoke(runner: CliRunner, args: list[str]) -> Any:
+    out.reset()  # the output object caches consoles bound to the previous invocation's streams
+    return runner.invoke(app, args)
 
 
 @pytest.mark.parametrize(
@@ -391,7 +397,7 @@ def test_plan_reports_a_remote_store_hit(s3_env: str, tmp_path: Path, runner: Cl
     bundle = build_bundle(tmp_path / "b", spec=spec)
     store_url = f"s3://{s3_env}/plan"
     RemoteStore(store_url, cache_dir=tmp_path / "c").publish(bundle)
-    result = runner.invoke(app, ["plan", str(profile), "--store", store_url, "--json"])
+    result = _invoke(runner, ["plan", str(profile), "--store", store_url, "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     build = data["builds"][0]
