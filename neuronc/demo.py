@@ -7,8 +7,8 @@
 - ``model.safetensors``: weights drawn from Python's ``random.Random(SEED)`` (a generator whose
   stream is stable across platforms and Python versions) and written by a small safetensors writer
   here, so the bytes do not depend on torch, numpy or the safetensors package;
-- ``tokenizer.json`` (+ ``tokenizer_config.json``, ``special_tokens_map.json``): a byte-level BPE
-  trained by the ``tokenizers`` library on the text embedded below, loadable with
+- ``tokenizer.json`` (+ ``tokenizer_config.json``, ``special_tokens_map.json``): a BPE over
+  printable ASCII trained by the ``tokenizers`` library on the text embedded below, loadable with
   ``AutoTokenizer.from_pretrained``. Training is deterministic; the serialised JSON is stable for a
   given ``tokenizers`` version (the test that regenerates the files checks it).
 
@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import random
+import string
 import struct
 import sys
 import tempfile
@@ -209,14 +210,17 @@ def _tokenizer_json() -> bytes:
         trainers,
     )
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
+    # Printable ASCII only (others map to <unk>): whatever a random model samples decodes to
+    # readable text. Metaspace ("▁" for spaces) as in SentencePiece-style Llama tokenizers.
+    alphabet = [*sorted(set(string.printable) - set(string.whitespace)), "\u2581"]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first")
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
         special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        min_frequency=2,
+        initial_alphabet=alphabet,
+        min_frequency=1,
         show_progress=False,
     )
     tokenizer.train_from_iterator(CORPUS.splitlines(), trainer=trainer)

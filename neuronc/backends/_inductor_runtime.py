@@ -92,8 +92,10 @@ class InductorRunner:
         model_config: Mapping[str, Any],
         eos_token_ids: frozenset[int],
         load_seconds: float,
+        model_dir: Path | None = None,
     ) -> None:
         self.bundle_dir = bundle_dir
+        self.model_dir = model_dir if model_dir is not None else bundle_dir / "model"
         self.index = dict(index)
         self.graphs = graphs
         self.model_config = dict(model_config)
@@ -144,7 +146,7 @@ class InductorRunner:
     # -- tokenizer -------------------------------------------------------------------------------
     @property
     def has_tokenizer(self) -> bool:
-        model_dir = self.bundle_dir / "model"
+        model_dir = self.model_dir
         return any((model_dir / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
 
     @property
@@ -153,7 +155,7 @@ class InductorRunner:
             import transformers
 
             auto: Any = transformers.AutoTokenizer
-            model_dir = self.bundle_dir / "model"
+            model_dir = self.model_dir
             try:
                 self._tokenizer = auto.from_pretrained(str(model_dir), local_files_only=True)
             except (OSError, ValueError) as exc:
@@ -217,6 +219,23 @@ class InductorRunner:
         with torch.inference_mode():
             return self.call(graph, ids, pos, *self.kv)
 
+    def warmup(self) -> None:
+        """Call every graph once: the first call of an AOTInductor model pays one-time set-up costs.
+
+        The K/V it writes are never read: prefill rewrites positions 0..S-1 and decode masks
+        every position past its own.
+        """
+        for graph in self._cte:
+            ids = torch.zeros((self.batch_size, graph.bucket), dtype=torch.int64)
+            positions = torch.arange(graph.bucket, dtype=torch.int64).repeat(self.batch_size, 1)
+            last = torch.zeros(self.batch_size, dtype=torch.int64)
+            with torch.inference_mode():
+                self.call(graph, ids, positions, last, *self.kv)
+        for graph in self._tkg:
+            zeros = torch.zeros((self.batch_size, 1), dtype=torch.int64)
+            with torch.inference_mode():
+                self.call(graph, zeros, zeros.clone(), *self.kv)
+
     # -- generation ------------------------------------------------------------------------------
     def generate(
         self,
@@ -261,6 +280,7 @@ class InductorRunner:
             raise InvalidInputError(f"temperature must be >= 0, got {temperature}")
         rows = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
         for row in rows:
+            self.context_graph_for(len(row))  # a clear error past the largest context bucket
             if len(row) >= self.max_length:
                 msg = f"the prompt is {len(row)} tokens; max_length {self.max_length} leaves no room to generate"
                 raise InvalidInputError(msg)
@@ -476,8 +496,8 @@ def bind_constants(
     return bound
 
 
-def load(bundle_dir: str | os.PathLike[str]) -> InductorRunner:
-    """Load an inductor bundle: check toolchain, load packages, bind constants; no graph runs yet."""
+def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> InductorRunner:
+    """Load an inductor bundle: check toolchain, load packages, bind constants, warm every graph up."""
     started = time.perf_counter()
     root = Path(bundle_dir)
     if not root.is_dir():
@@ -522,15 +542,11 @@ def load(bundle_dir: str | os.PathLike[str]) -> InductorRunner:
         )
     del weights  # what the graphs use lives on in `shared`
     model_config = _read_json(root / "model" / "config.json")
-    return InductorRunner(
-        root,
-        index,
-        graphs,
-        shared,
-        model_config,
-        eos_token_ids(root / "model"),
-        time.perf_counter() - started,
-    )
+    runner = InductorRunner(root, index, graphs, shared, model_config, eos_token_ids(root / "model"), 0.0)
+    if warmup:
+        runner.warmup()
+    runner.load_seconds = time.perf_counter() - started
+    return runner
 
 
 def eos_token_ids(model_dir: Path) -> frozenset[int]:
@@ -549,3 +565,46 @@ def _read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def eager_runner(
+    model_dir: str | os.PathLike[str],
+    *,
+    dtype: str = "float32",
+    batch_size: int = 1,
+    context_buckets: Sequence[int] = (32,),
+    token_buckets: Sequence[int] = (128,),
+    max_length: int = 128,
+    state_dict: Mapping[str, Any] | None = None,
+) -> InductorRunner:
+    """A runner over the *eager* CTE/TKG wrappers of an HF checkpoint: same loop, no compile.
+
+    The wrappers are what the compiled graphs are exported from, so this is a fast way to test the
+    runtime loop and the wrappers against Hugging Face (tests, debugging). Weights come from
+    ``state_dict`` or the checkpoint's safetensors.
+    """
+    from safetensors.torch import load_file
+
+    from neuronc.backends import _inductor_graphs as graphs
+
+    root = Path(model_dir)
+    config = graphs.load_config(root)
+    model = graphs.build_model(config, _DTYPES[dtype])
+    if state_dict is None:
+        state: dict[str, Any] = {}
+        for path in weight_files(root):
+            state.update(load_file(str(path)))
+    else:
+        state = dict(state_dict)
+    model.load_state_dict(state, strict=False)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    loaded = []
+    for role, buckets in ((ROLE_CONTEXT, context_buckets), (ROLE_TOKEN, token_buckets)):
+        for bucket in buckets:
+            wrapper = graphs.wrapper_for(model, role, bucket)
+            specs = graphs.input_specs(config, role, batch_size, bucket, max_length, _DTYPES[dtype])
+            output = {"shape": [batch_size, config.vocab_size], "dtype": "float32"}
+            loaded.append(LoadedGraph(f"eager-{role}-{bucket}", role, batch_size, bucket, specs, output, wrapper))
+    index = {"dtype": dtype, "batch_size": batch_size, "max_length": max_length, "format": GRAPH_FORMAT}
+    return InductorRunner(root, index, loaded, {}, config.to_dict(), eos_token_ids(root), 0.0, model_dir=root)

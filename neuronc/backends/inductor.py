@@ -396,11 +396,11 @@ class InductorBackend(BackendBase):
         return built
 
     # -- run -------------------------------------------------------------------------------------
-    def load(self, bundle_dir: str | os.PathLike[str]) -> InductorRunner:
-        """Load a bundle for generation (imports torch)."""
+    def load(self, bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> InductorRunner:
+        """Load a bundle for generation (imports torch); see ``_inductor_runtime.load``."""
         from neuronc.backends._inductor_runtime import load
 
-        return load(bundle_dir)
+        return load(bundle_dir, warmup=warmup)
 
     def load_snippet(self, bundle_dir: str) -> str | None:
         return (

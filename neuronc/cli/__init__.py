@@ -23,6 +23,8 @@ _COMMAND_MODULES = (
     "inspect",
     "store",
     "split",
+    "run",
+    "cache",
     "plan",
     "matrix",
 )

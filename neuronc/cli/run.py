@@ -1,0 +1,63 @@
+"""`neuronc run BUNDLE --prompt TEXT`: generate with a compiled bundle, streaming the text."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from neuronc._output import out
+from neuronc.cli._app import command
+from neuronc.cli._options import JsonOpt
+
+BundleArg = Annotated[
+    Path, typer.Argument(help="Bundle directory (as printed by `neuronc compile`).", show_default=False)
+]
+PromptOpt = Annotated[str, typer.Option("--prompt", "-p", help="Prompt text.", show_default=False)]
+MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", "-n", min=1, help="Tokens to generate at most.")]
+TemperatureOpt = Annotated[
+    float, typer.Option("--temperature", "-t", min=0.0, help="0 is greedy; above 0 samples from softmax(logits / T).")
+]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Sampling seed (same seed, same tokens).")]
+
+_EPILOG = 'Example: neuronc run ./demo --prompt "The quick brown fox" --max-new-tokens 40 --json'
+
+
+@command(name="run", epilog=_EPILOG)
+def run_command(
+    bundle: BundleArg,
+    prompt: PromptOpt,
+    max_new_tokens: MaxNewTokensOpt = 32,
+    temperature: TemperatureOpt = 0.0,
+    seed: SeedOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Generate text with a bundle: smallest context bucket that fits, then one token per step."""
+    from neuronc.runtime import load
+
+    out.configure(json_mode=json_out)
+    runner = load(bundle)
+    stream = None if json_out else _write_stdout
+    result = runner.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stream=stream)
+    data: dict[str, Any] = {"bundle": str(bundle), "prompt": prompt, **result.to_json()}
+    data["temperature"] = temperature
+    data["seed"] = seed
+    data["load_seconds"] = round(runner.load_seconds, 3)
+    if json_out:
+        out.result(data)
+        return
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    per_token = f"{data['ms_per_token']:.2f} ms/token" if data["ms_per_token"] is not None else "no decode steps"
+    out.info(
+        f"{data['prompt_tokens']} prompt tokens (context bucket {data['context_bucket']}) · "
+        f"{data['generated_tokens']} generated ({data['stop_reason']}) · "
+        f"time to first token {data['ttft_ms']:.2f} ms · {per_token}"
+    )
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
