@@ -43,7 +43,7 @@ from neuronc.errors import (
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
-    from neuronc.backends.base import Backend, CompilePlan, CompileResult
+    from neuronc.backends.base import Availability, Backend, CompilePlan, CompileResult
     from neuronc.keys import ConfigKey
     from neuronc.profile import BuildSpec
     from neuronc.store import Store
@@ -353,14 +353,15 @@ def load_builds(paths: Sequence[str | os.PathLike[str]]) -> list[BuildSpec]:
     return specs
 
 
-def check_backends(specs: Iterable[BuildSpec]) -> None:
-    """Raise BackendUnavailableError (exit 5) naming every backend that cannot run here."""
+def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
+    """Each backend's availability; raise BackendUnavailableError (exit 5) naming every one that cannot run."""
     from neuronc.backends import get_backend
 
     problems: list[str] = []
     hints: list[str] = []
+    found: dict[str, Availability] = {}
     for name in sorted({s.backend for s in specs}):
-        availability = get_backend(name).availability()
+        availability = found[name] = get_backend(name).availability()
         if not availability.available:
             problems.append(f"{name}: {availability.reason or 'not available'}")
             if availability.install_hint:
@@ -369,6 +370,7 @@ def check_backends(specs: Iterable[BuildSpec]) -> None:
         names = ", ".join(p.split(":", 1)[0] for p in problems)
         msg = f"backend {names} cannot compile on this machine"
         raise BackendUnavailableError(msg, details=problems, hint="; ".join(hints) or "run `neuronc backends`")
+    return found
 
 
 def compile_profiles(
@@ -406,7 +408,7 @@ def compile_profiles(
     specs = load_builds(paths)
     if not specs:
         raise InvalidInputError("no builds to compile")
-    check_backends(specs)
+    availabilities = check_backends(specs)
     resolved_store = open_store(store)
     selected = specs
     if only:
@@ -423,6 +425,7 @@ def compile_profiles(
             require_hit=require_hit,
             progress=progress,
             log=log,
+            availability=availabilities.get(spec.backend),
         )
         reports.append(report)
         if on_report is not None:
@@ -498,17 +501,29 @@ def build_one(
     require_hit: bool = False,
     progress: ProgressSink = NULL_PROGRESS,
     log: Callable[[str], None] | None = None,
+    availability: Availability | None = None,
 ) -> BuildReport:
     """Build one BuildSpec into the store (or find it there); never leaves a half-written bundle.
 
     A NeuroncError is recorded in the returned report (status ``failed`` and its exit code); a
     KeyboardInterrupt removes the staging directory and propagates; any other exception means a
-    bug and propagates after the same cleanup.
+    bug and propagates after the same cleanup. ``availability`` skips asking the backend again.
     """
     report = _new_report(spec, STATUS_FAILED)
     started = time.perf_counter()
     try:
-        _run_build(spec, report, open_store(store), out_dir, out_subdir, jobs, require_hit, progress, log or _quiet)
+        _run_build(
+            spec,
+            report,
+            open_store(store),
+            out_dir,
+            out_subdir,
+            jobs,
+            require_hit,
+            progress,
+            log or _quiet,
+            availability,
+        )
     except NeuroncError as exc:
         report.status = STATUS_FAILED
         report.exit_code = exc.exit_code
@@ -532,6 +547,7 @@ def _run_build(
     require_hit: bool,
     progress: ProgressSink,
     log: Callable[[str], None],
+    availability: Availability | None,
 ) -> None:
     from neuronc.backends import get_backend
     from neuronc.keys import toolchain_key, toolchain_label
@@ -539,7 +555,8 @@ def _run_build(
     stages = _Stages(report, progress, prefix=f"{report.label}: ")
     with stages.stage("plan", "plan", quiet=True):
         backend = get_backend(spec.backend)
-        availability = backend.availability()
+        if availability is None:
+            availability = backend.availability()
         if not availability.available:
             msg = f"backend '{spec.backend}' cannot compile on this machine: {availability.reason}"
             raise BackendUnavailableError(msg, hint=availability.install_hint)
@@ -568,6 +585,8 @@ def _run_build(
     if report.nearest is not None:
         for line in _nearest_lines(report.nearest):
             log(f"{report.label}: {line}")
+    with stages.stage("preflight", "memory pre-flight", quiet=True):
+        _preflight(spec, jobs, log)
 
     def waiting(holder: str) -> None:
         log(f"{report.label}: waiting for another build of {config.short} ({holder})")
@@ -581,6 +600,15 @@ def _run_build(
         else:
             _compile_into_store(spec, report, store, backend, plan, config, versions, revision, jobs, progress, stages)
     _place_out(report, store, out_dir, out_subdir, stages)
+
+
+def _preflight(spec: BuildSpec, jobs: int | None, log: Callable[[str], None]) -> None:
+    """The same memory estimate as `neuronc plan`: a build that cannot fit fails (exit 2) before it compiles."""
+    from neuronc.plan import load_model_config, preflight
+
+    estimate = preflight(spec, load_model_config(spec), jobs=jobs or default_jobs())
+    for warning in estimate.warnings:
+        log(f"warning: {warning}")
 
 
 def _config_key(spec: BuildSpec, revision: str | None = None) -> ConfigKey:

@@ -169,6 +169,28 @@ def test_invalid_profile_is_exit_2_before_any_work(ws: Path) -> None:
     assert compiles(ws) == 0
 
 
+def test_a_build_that_cannot_fit_fails_preflight_before_compiling(ws: Path) -> None:
+    big = ws / "big"
+    big.mkdir()
+    config = {
+        "model_type": "llama",
+        "hidden_size": 8192,
+        "intermediate_size": 28672,
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    }
+    (big / "config.json").write_text(json.dumps(config))
+    [report] = run(ws, write_profile(ws / "p.yaml", model="big", target="inf2"))
+    assert (report.status, report.exit_code) == ("failed", 2)
+    assert (
+        report.error and report.error["error"] == "preflight_failed" and "does not fit inf2" in report.error["message"]
+    )
+    assert compiles(ws) == 0 and staging_leftovers(ws / "store") == []
+
+
 def test_compile_failure_is_exit_3_with_the_log_tail_and_other_builds_continue(ws: Path) -> None:
     failing = write_profile(ws / "failing.yaml", options={"fail": True})
     good = write_profile(ws / "good.yaml")
