@@ -356,6 +356,41 @@ class Store:
                 return hit, False
             return build(), True
 
+    def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Path:
+        """Copy a complete bundle into the store, checking every file as it copies; return its store path.
+
+        One read per file: the copy is hashed as it lands and compared with the manifest. The copy is
+        byte-identical, manifest included; a bundle already stored under the same keys is reused.
+        Raises BundleFormatError (exit 2) for an unreadable manifest and VerificationError (exit 4)
+        naming every problem if the source is not intact.
+        """
+        from neuronc.bundle import read_manifest_bytes, verify_bundle
+        from neuronc.bundle._fs import MissingEntry, UnsafeEntry, walk_regular
+        from neuronc.bundle._manifest import MAX_FILES, manifest_seal_problem, parse_manifest
+
+        source = Path(bundle_dir)
+        raw = read_manifest_bytes(source)
+        manifest = parse_manifest(raw, where=f"{source}/{MANIFEST_NAME}")
+        listed = {f.path for f in manifest.files} | {MANIFEST_NAME}
+        root = Path(os.path.realpath(source))
+        intact = manifest_seal_problem(raw) is None and all(
+            why is None and rel in listed for rel, why in walk_regular(root, MAX_FILES + 1000)
+        )
+        try:
+            if not intact:
+                raise ValueError
+            with self.lock(manifest.config_hash, manifest.toolchain_key):
+                hit = self.lookup(manifest.config_hash, manifest.toolchain_key)
+                if hit is not None:
+                    return hit
+                with self.writer(manifest.config_hash, manifest.toolchain_key) as writer:
+                    _copy_files(source, manifest, writer)
+                    return writer.finish_copy(manifest, raw)
+        except (MissingEntry, UnsafeEntry, ValueError):
+            # Name every problem (this second read happens only for a damaged source).
+            verify_bundle(source, jobs=jobs).raise_for_problems()
+            raise
+
     # -- listing ----------------------------------------------------------------------------
     def _bundle_dirs(self) -> Iterator[Path]:
         # Directories may vanish while we walk (gc, rm, a concurrent publish replacing one).
@@ -478,6 +513,22 @@ class Store:
             if best is None or rank < best[0]:
                 best = (rank, Nearest(entry.path, m, differences, same_toolchain))
         return best[1] if best else None
+
+
+def _copy_files(source: Path, manifest: Manifest, writer: BundleWriter) -> None:
+    """Copy the listed files without following symlinks; the writer hashes them as they land."""
+    from neuronc.bundle._fs import CHUNK, open_in_bundle, open_root
+
+    root = Path(os.path.realpath(source))
+    root_fd = open_root(root)
+    try:
+        for entry in manifest.files:
+            fd = open_in_bundle(root_fd, entry.path, root)
+            with os.fdopen(fd, "rb", buffering=0) as src, writer.open(entry.path, entry.role) as dst:
+                while chunk := src.read(CHUNK):
+                    dst.write(chunk)
+    finally:
+        os.close(root_fd)
 
 
 def _subdirs(path: Path, *, skip_hidden: bool = False) -> builtins.list[Path]:

@@ -152,3 +152,27 @@ def test_find_by_hash_toolchain_and_path(tmp_path: Path) -> None:
     assert [e.path for e in store.find(f"{ha[:12]}@{read_tk(a)[:6]}")] == [a]
     assert [e.path for e in store.find(str(b.relative_to(store.root)))] == [b]
     assert store.find(f"{ha[:12]}@ffffff") == [] or read_tk(a).startswith("ffffff")
+
+
+def test_publish_copies_a_bundle_byte_for_byte(tmp_path: Path) -> None:
+    from neuronc.errors import VerificationError
+
+    store = Store(tmp_path / "store")
+    source = build_bundle(tmp_path / "out")
+    stored = store.publish(source)
+    assert stored.is_relative_to(store.root)
+    assert (stored / "manifest.json").read_bytes() == (source / "manifest.json").read_bytes()
+    assert verify_bundle_ok(stored)
+    assert store.publish(source) == stored  # reused
+    store.remove(read_hash(stored))
+    (source / "weights" / "rank0.safetensors").write_bytes(b"tampered")
+    with pytest.raises(VerificationError, match="failed verification") as info:
+        store.publish(source)
+    assert any("weights/rank0.safetensors" in d for d in info.value.details)
+    assert store.list() == [] and list(store.staging_dir.iterdir()) == []
+
+
+def verify_bundle_ok(path: Path) -> bool:
+    from neuronc.bundle import verify_bundle
+
+    return verify_bundle(path).ok

@@ -55,6 +55,7 @@ from neuronc.bundle._reader import (
     default_jobs,
     is_complete_bundle,
     read_manifest,
+    read_manifest_bytes,
     verify_bundle,
 )
 from neuronc.bundle._writer import BundleExistsError, BundleWriter, HashingFile, manifest_data, peak_rss_bytes
@@ -95,6 +96,7 @@ __all__ = [
     "path_problem",
     "peak_rss_bytes",
     "read_manifest",
+    "read_manifest_bytes",
     "role_for",
     "safe_text",
     "verify_bundle",

@@ -376,21 +376,43 @@ class BundleWriter:
         try:
             self._adopt_unrecorded()
             manifest = self.build_manifest(manifest_fields)
-            if self._resolve is not None:
-                self.destination = Path(os.path.abspath(self._resolve(manifest)))
-                self.destination.parent.mkdir(parents=True, exist_ok=True)
-                if not self.overwrite:
-                    self._check_destination_free(self.destination)
-            manifest_path = self.path / MANIFEST_NAME
-            with manifest_path.open("x", encoding="utf-8") as f:
-                f.write(manifest.to_json_text())
-                f.flush()
-                os.fsync(f.fileno())
-            fsync_tree_dirs(self.path)
-            self._publish()
+            return self._seal(manifest, manifest.to_json_text().encode("utf-8"))
         except BaseException:
             self.abort()
             raise
+
+    def finish_copy(self, manifest: Manifest, raw: bytes) -> Path:
+        """Publish files copied from another bundle under that bundle's own manifest bytes.
+
+        Every file the manifest lists must have been added with the recorded size and SHA-256, and
+        nothing else; the manifest keeps its seal, so the copy is byte-identical.
+        """
+        self._check_open()
+        try:
+            shutil.rmtree(self.path / SCRATCH, ignore_errors=True)
+            expected = {f.path: (f.size, f.sha256) for f in manifest.files}
+            actual = {rel: (e.size, e.sha256) for rel, e in self._files.items()}
+            if expected != actual:
+                differing = sorted(set(expected.items()) ^ set(actual.items()))
+                msg = "copied files differ from the manifest: " + ", ".join(p for p, _ in differing[:10])
+                raise ValueError(msg)
+            return self._seal(manifest, raw)
+        except BaseException:
+            self.abort()
+            raise
+
+    def _seal(self, manifest: Manifest, raw: bytes) -> Path:
+        if self._resolve is not None:
+            self.destination = Path(os.path.abspath(self._resolve(manifest)))
+            self.destination.parent.mkdir(parents=True, exist_ok=True)
+            if not self.overwrite:
+                self._check_destination_free(self.destination)
+        with (self.path / MANIFEST_NAME).open("xb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_tree_dirs(self.path)
+        self._publish()
         self._closed = True
         self._owner.release()
         assert self.destination is not None
