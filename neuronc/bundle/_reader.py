@@ -159,6 +159,10 @@ class VerifyReport:
         raise VerificationError(msg, details=shown, hint="rebuild or re-download the bundle; do not deploy it")
 
 
+# Below this, starting threads costs more than hashing in one.
+SMALL_BUNDLE_BYTES = 16 * 1024 * 1024
+
+
 def default_jobs() -> int:
     return max(1, min(16, os.cpu_count() or 1))
 
@@ -228,7 +232,7 @@ def verify_bundle(
                 return entry, "mismatch", FileProblem(entry.path, reason, entry.size, read, entry.sha256, digest), read
             return entry, "ok", None, read
 
-        if jobs == 1 or len(todo) <= 1:
+        if jobs == 1 or len(todo) <= 1 or total < SMALL_BUNDLE_BYTES:
             results = [check(e) for e in todo]
         else:
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="neuronc-verify") as pool:

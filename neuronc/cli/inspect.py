@@ -28,8 +28,10 @@ AgainstEnvOpt = Annotated[
     ),
 ]
 
-# Extra checks `verify` can run after integrity, e.g. accuracy against the reference model.
-# A check takes (bundle_dir, manifest) and returns JSON-ready data; it raises a NeuroncError to fail.
+# Extra checks `verify` can run after integrity, e.g. accuracy against the reference model
+# (neuronc.accuracy.accuracy_check(...) returns one). A check takes (bundle_dir, manifest), returns
+# JSON-ready data stored under its name, and raises a NeuroncError to fail. To add one to `verify`,
+# declare its option on verify_command and pass extra={"accuracy": check} to _run_checks.
 VerifyCheck = Callable[[Path, Any], dict[str, Any]]
 
 
@@ -104,6 +106,9 @@ def _run_checks(
             msg = f"{bundle}: built with a toolchain incompatible with this environment"
             failures.append(EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint")))
     for name, check in (extra or {}).items():
+        if failures:  # running a model from a damaged or incompatible bundle proves nothing
+            data[name] = {"skipped": "an earlier check failed"}
+            continue
         try:
             data[name] = check(bundle, manifest)
         except NeuroncError as exc:
