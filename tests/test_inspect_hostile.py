@@ -84,6 +84,10 @@ def _swap(path: Path, make: Callable[[Path], object]) -> None:
     make(path)
 
 
+def _deep_extra(b: Path, o: Path) -> None:
+    _edit(b, lambda d: d.update(extra={"x": json.loads("[" * 500 + "]" * 500)}))
+
+
 def _deep_nesting(b: Path, o: Path) -> None:
     _raw(b, '{"schema_version": "1.0", "extra": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
@@ -148,6 +152,7 @@ MANIFEST_CASES: dict[str, tuple[Mutation, str]] = {
         lambda b, o: _raw(b, (b / "manifest.json").read_text().replace('"batch": 1', '"batch": ' + "9" * 5000, 1)),
         "not valid JSON",
     ),
+    "deep extra": (_deep_extra, "nested deeper than 64 levels"),
     "deep nesting": (
         _deep_nesting,
         "nested too deeply",

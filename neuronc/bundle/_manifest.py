@@ -38,6 +38,7 @@ MAX_PATH_CHARS = 1024
 MAX_COMPONENT_BYTES = 255
 MAX_SHAPE = 1 << 24
 MAX_SECONDS = 1e9
+MAX_DEPTH = 64  # nesting of the free-form fields (profile, hashed_inputs, extra)
 
 HEX64 = r"^[0-9a-f]{64}$"
 ROLE_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
@@ -209,9 +210,21 @@ class Manifest(_Record):
         """Size of a graph's artifact: one file, or every file under a directory prefix."""
         if not artifact:
             return None
-        prefix = artifact.rstrip("/") + "/"
-        sizes = [f.size for f in self.files if f.path == artifact or f.path.startswith(prefix)]
-        return sum(sizes) if sizes else None
+        return self.artifact_sizes().get(artifact.rstrip("/"))
+
+    def artifact_sizes(self) -> dict[str, int]:
+        """Size of every graph artifact (file or directory prefix), in one pass over the files."""
+        wanted = {g.artifact.rstrip("/") for g in self.graphs if g.artifact}
+        sizes: dict[str, int] = {}
+        for f in self.files:
+            if f.path in wanted:
+                sizes[f.path] = sizes.get(f.path, 0) + f.size
+            parts = f.path.split("/")
+            for i in range(1, len(parts)):
+                prefix = "/".join(parts[:i])
+                if prefix in wanted:
+                    sizes[prefix] = sizes.get(prefix, 0) + f.size
+        return sizes
 
     def to_json_text(self) -> str:
         """The manifest as written: schema_version first, two-space indent, trailing newline.
@@ -318,13 +331,14 @@ def semantic_problems(manifest: Manifest) -> list[str]:
         if shard.rank in ranks:
             problems.append(f"shards: rank {shard.rank} listed twice")
         ranks.add(shard.rank)
+    sizes = manifest.artifact_sizes()
     for graph in manifest.graphs:
         if graph.artifact is None:
             continue
         why = path_problem(graph.artifact.rstrip("/"))
         if why:
             problems.append(f"graphs: {safe_text(graph.name)}: artifact {safe_text(graph.artifact)}: {why}")
-        elif manifest.artifact_bytes(graph.artifact) is None:
+        elif graph.artifact.rstrip("/") not in sizes:
             problems.append(f"graphs: {safe_text(graph.name)}: artifact {safe_text(graph.artifact)} is not in files")
     return problems
 
@@ -407,7 +421,22 @@ def parse_manifest(raw: bytes, *, where: str = MANIFEST_NAME) -> Manifest:
         data = migrate(data)
         major, minor = _version_of(data, where)
     data["schema_version"] = f"{major}.{minor}"
+    for name in ("profile", "hashed_inputs", "extra"):
+        if _too_deep(data.get(name), MAX_DEPTH):
+            raise BundleFormatError(f"{where}: {name} nested deeper than {MAX_DEPTH} levels")
     return _validate(data, where)
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _validate(data: dict[str, Any], where: str) -> Manifest:

@@ -13,6 +13,7 @@ def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> di
     """Model, backend, target, shapes, graphs, shards, toolchain, keys and totals of one bundle."""
     seq = manifest.profile.get("sequence") if isinstance(manifest.profile.get("sequence"), dict) else {}
     assert isinstance(seq, dict)
+    sizes = manifest.artifact_sizes()
     graphs = [
         {
             "name": g.name,
@@ -20,7 +21,7 @@ def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> di
             "batch": g.batch,
             "bucket": g.bucket,
             "artifact": g.artifact,
-            "bytes": manifest.artifact_bytes(g.artifact),
+            "bytes": sizes.get(g.artifact.rstrip("/")) if g.artifact else None,
             "compile_seconds": g.compile_seconds,
             "cache_hit": g.cache_hit,
         }
