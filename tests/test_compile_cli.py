@@ -113,8 +113,8 @@ def test_invalid_input_is_exit_2(runner: CliRunner, ws: Path) -> None:
     assert code == 2 and "no such profile" in stderr
     code, _, stderr = invoke(runner, write_profile(ws / "p.yaml"), "--only", "zz")
     assert code == 2 and "--only" in stderr
-    code, _, stderr = invoke(runner, write_profile(ws / "p.yaml"), "--store", "s3://bucket/prefix")
-    assert code == 2
+    code, _, stderr = invoke(runner, write_profile(ws / "p.yaml"), "--store", "ftp://host/bundles")
+    assert code == 2 and "unsupported scheme" in stderr
 
 
 def test_only_builds_one_bundle_of_a_matrix(runner: CliRunner, ws: Path) -> None:
