@@ -176,3 +176,27 @@ def test_inspect_and_verify_do_not_import_torch(bundle: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "HEAVY []" in result.stderr
+
+
+def test_extra_verify_checks_plug_in_and_are_skipped_after_integrity_failure(bundle: Path) -> None:
+    from neuronc.bundle import read_manifest
+    from neuronc.cli.inspect import _run_checks
+    from neuronc.errors import VerificationError
+
+    calls: list[Path] = []
+
+    def accuracy(path: Path, manifest: object) -> dict[str, object]:
+        calls.append(path)
+        return {"ok": True}
+
+    manifest = read_manifest(bundle)
+    data: dict[str, object] = {}
+    assert (
+        _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, extra={"accuracy": accuracy})
+        is None
+    )
+    assert data["accuracy"] == {"ok": True} and calls == [bundle]
+    (bundle / "logs" / "compile.log").write_text("changed")
+    failure = _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, extra={"accuracy": accuracy})
+    assert isinstance(failure, VerificationError)
+    assert data["accuracy"] == {"skipped": "an earlier check failed"} and calls == [bundle]
