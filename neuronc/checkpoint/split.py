@@ -17,15 +17,19 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from neuronc.checkpoint._cast import cast_bytes, cast_target, dtype_code
 from neuronc.checkpoint._safetensors import DTYPE_SIZES
-from neuronc.checkpoint.partition import Partition, model_dims, plan_partitions
+from neuronc.checkpoint.partition import Partition, RankSlice, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
-from neuronc.checkpoint.writer import ShardWriter, fsync_dir
+from neuronc.checkpoint.writer import ShardWriter, WrittenFile, fsync_dir
 from neuronc.errors import InvalidInputError
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
 
@@ -35,7 +39,11 @@ INDEX_VERSION = 1
 
 # Bytes read or gathered at a time; a multiple of every element size. Large enough that syscall
 # overhead vanishes, small enough to be noise next to the 300 MB budget.
-CHUNK_BYTES = 16 * 1024 * 1024
+CHUNK_BYTES = 32 * 1024 * 1024
+
+# Threads that gather, cast, hash and write rank data; a few keep two or more cores busy, more only
+# add memory (each holds at most one rank's share of a window).
+WORKERS = min(4, os.cpu_count() or 1)
 
 
 def shard_name(rank: int, tp: int) -> str:
@@ -147,6 +155,7 @@ def split_checkpoint(
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
         writers: list[ShardWriter] = []
+        fanout = _Fanout(min(tp, WORKERS))
         try:
             for rank in range(tp):
                 metadata = {"format": "pt", "neuronc.rank": str(rank), "neuronc.tp": str(tp)}
@@ -155,10 +164,10 @@ def split_checkpoint(
             task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
             for plan in order:
                 info = ckpt.tensors[plan.name]
-                _stream_tensor(ckpt, info, plan, stored[plan.name], writers, task)
+                _stream_tensor(ckpt, info, plan, stored[plan.name], writers, fanout, task)
                 for w in writers:
                     w.end_tensor(plan.name)
-            written = [w.finish() for w in writers]
+            written = _finish_all(fanout, writers)
             shards = [
                 ShardInfo(rank, shard_name(rank, tp), f.bytes, f.sha256, len(layouts[rank]))
                 for rank, f in enumerate(written)
@@ -170,10 +179,12 @@ def split_checkpoint(
             fsync_dir(out_dir.parent)
             task.done(f"{len(shards)} shards")
         except BaseException:
+            fanout.close()
             for w in writers:
                 w.close()
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        fanout.close()
 
     return SplitResult(
         out_dir=out_dir,
@@ -190,6 +201,18 @@ def split_checkpoint(
     )
 
 
+def _finish_all(fanout: _Fanout, writers: list[ShardWriter]) -> list[WrittenFile]:
+    """fsync every shard (in parallel: each waits on the disk, not the CPU) and collect sizes and hashes."""
+    results: dict[int, WrittenFile] = {}
+
+    def finish(rank: int) -> int:
+        results[rank] = writers[rank].finish()
+        return 0
+
+    fanout.run([partial(finish, rank) for rank in range(len(writers))])
+    return [results[rank] for rank in range(len(writers))]
+
+
 def _data_bytes(layout: list[tuple[str, str, tuple[int, ...]]]) -> int:
     return sum(math.prod(shape) * DTYPE_SIZES[dtype] for _, dtype, shape in layout)
 
@@ -198,64 +221,136 @@ def _dtype_label(code: str | None) -> str | None:
     return {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}.get(code) if code else None
 
 
+class _Fanout:
+    """Run one job per rank on a few threads and wait for all of them.
+
+    The jobs (numpy gathers and casts, SHA-256 updates, ``os.write``) release the GIL, so ranks are
+    hashed and written in parallel. Each rank has at most one job in flight, and every job finishes
+    before the next window is read, so each rank file still grows strictly in order and the shared
+    read buffer is never overwritten while in use.
+    """
+
+    def __init__(self, workers: int) -> None:
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="neuronc-split") if workers > 1 else None
+        )
+
+    def run(self, jobs: list[Callable[[], int]]) -> int:
+        if self._pool is None or len(jobs) < 2:
+            return sum(job() for job in jobs)
+        futures = [self._pool.submit(job) for job in jobs]
+        wait(futures)  # all of them, even after a failure: no thread may still write when we clean up
+        return sum(f.result() for f in futures)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
 def _stream_tensor(
     ckpt: Checkpoint,
     info: TensorInfo,
     plan: Partition,
     stored: str,
     writers: list[ShardWriter],
+    fanout: _Fanout,
     task: ProgressTask,
 ) -> None:
-    """Copy one tensor into every rank file, a bounded chunk at a time."""
+    """Copy one tensor into every rank file, reading the source once, a bounded window at a time."""
     source = info.dtype
-
-    def emit(rank: int, data: Any) -> None:
-        task.advance(writers[rank].write(cast_bytes(data, source, stored)))
-
-    if plan.dim is None:  # replicated: read each chunk once, cast once, write it to every rank
+    if plan.dim is None:  # replicated: read each window once, cast once, write it to every rank
         for start in range(0, info.nbytes, CHUNK_BYTES):
             chunk = cast_bytes(ckpt.read_range(info, start, min(CHUNK_BYTES, info.nbytes - start)), source, stored)
-            for w in writers:
-                task.advance(w.write(chunk))
+            task.advance(fanout.run([partial(w.write, chunk) for w in writers]))
         return
 
     dim = plan.dim
     outer = math.prod(info.shape[:dim])
     inner = math.prod(info.shape[dim + 1 :]) * info.itemsize  # bytes per index along dim
     if outer == 1:
-        # Each rank's share is a few contiguous byte ranges of the source: copy them as they are.
-        scale = DTYPE_SIZES[stored] / info.itemsize
-        for rank_slice in plan.ranks:
-            for start, stop in rank_slice.slices:
-                end = stop * inner
-                for offset in range(start * inner, end, CHUNK_BYTES):
-                    emit(rank_slice.rank, ckpt.read_range(info, offset, min(CHUNK_BYTES, end - offset)))
-            _write_zeros(writers[rank_slice.rank], int(rank_slice.pad * inner * scale), task)
+        _stream_ranges(ckpt, info, plan, stored, inner, writers, fanout, task)
         return
 
     import numpy as np
 
-    # Split along a later dimension: view the tensor as [outer, row] and take, for every block of
-    # outer rows, each rank's columns; each rank's output still grows front to back.
+    # Split along a later dimension: view the tensor as [outer, row]; for each block of outer rows,
+    # each rank gathers its columns (and zero padding) and appends them.
     row = info.shape[dim] * inner
     rows_per_block = max(1, CHUNK_BYTES // max(row, 1))
-    for first in range(0, outer, rows_per_block):
-        count = min(rows_per_block, outer - first)
-        block = np.frombuffer(ckpt.read_range(info, first * row, count * row), dtype=np.uint8)
-        block = block.reshape(count, row)
-        for rank_slice in plan.ranks:
+
+    def gather(rank_slice: RankSlice, block: Any) -> Callable[[], int]:
+        def job() -> int:
             pieces = [block[:, start * inner : stop * inner] for start, stop in rank_slice.slices]
             if rank_slice.pad:
-                pieces.append(np.zeros((count, rank_slice.pad * inner), dtype=np.uint8))
+                pieces.append(np.zeros((block.shape[0], rank_slice.pad * inner), dtype=np.uint8))
             gathered = np.concatenate(pieces, axis=1) if len(pieces) > 1 else np.ascontiguousarray(pieces[0])
-            emit(rank_slice.rank, gathered)
+            return writers[rank_slice.rank].write(cast_bytes(gathered, source, stored))
+
+        return job
+
+    for first in range(0, outer, rows_per_block):
+        count = min(rows_per_block, outer - first)
+        block = np.frombuffer(ckpt.read_range(info, first * row, count * row), dtype=np.uint8).reshape(count, row)
+        task.advance(fanout.run([gather(rank_slice, block) for rank_slice in plan.ranks]))
 
 
-def _write_zeros(writer: ShardWriter, count: int, task: ProgressTask) -> None:
-    while count > 0:
-        n = min(count, CHUNK_BYTES)
-        task.advance(writer.write(bytes(n)))
-        count -= n
+def _stream_ranges(
+    ckpt: Checkpoint,
+    info: TensorInfo,
+    plan: Partition,
+    stored: str,
+    inner: int,
+    writers: list[ShardWriter],
+    fanout: _Fanout,
+    task: ProgressTask,
+) -> None:
+    """A split along the first non-trivial dimension: each rank's share is a few byte ranges of the source.
+
+    The source is swept once, window by window; each rank appends the parts of its ranges that fall
+    in the window. That is in order for every rank, because a rank's ranges are ascending and
+    disjoint (they are for every rule; ranks may share ranges, as replicated KV heads do).
+    """
+    source = info.dtype
+    ranges = [[(start * inner, stop * inner) for start, stop in r.slices] for r in plan.ranks]
+    for rank_ranges in ranges:
+        assert all(a[1] <= b[0] for a, b in pairwise(rank_ranges)), plan.name
+    wanted = sorted({edge for rank_ranges in ranges for edge in rank_ranges})
+    for lo, hi in _merge_ranges(wanted):
+        for w0 in range(lo, hi, CHUNK_BYTES):
+            w1 = min(w0 + CHUNK_BYTES, hi)
+            window = ckpt.read_range(info, w0, w1 - w0)
+            jobs = []
+            for rank, rank_ranges in enumerate(ranges):
+                parts = [(max(a, w0) - w0, min(b, w1) - w0) for a, b in rank_ranges if a < w1 and b > w0]
+                if parts:
+                    jobs.append(_segments_job(writers[rank], window, parts, source, stored))
+            task.advance(fanout.run(jobs))
+    scale = DTYPE_SIZES[stored] / info.itemsize
+    pads = [(writers[r.rank], int(r.pad * inner * scale)) for r in plan.ranks if r.pad]
+    task.advance(fanout.run([partial(_write_zeros, writer, count) for writer, count in pads]))
+
+
+def _segments_job(
+    writer: ShardWriter, window: Any, parts: list[tuple[int, int]], source: str, stored: str
+) -> Callable[[], int]:
+    return lambda: sum(writer.write(cast_bytes(window[a:b], source, stored)) for a, b in parts)
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, stop in ranges:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def _write_zeros(writer: ShardWriter, count: int) -> int:
+    written = 0
+    while written < count:
+        written += writer.write(bytes(min(count - written, CHUNK_BYTES)))
+    return written
 
 
 def _index_json(

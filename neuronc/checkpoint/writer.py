@@ -19,6 +19,10 @@ from typing import Any
 from neuronc.checkpoint._safetensors import build_header
 
 
+# Bytes after which a writer asks the kernel to start writing its file back.
+FLUSH_BYTES = 32 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class WrittenFile:
     """A finished file: its size and SHA-256."""
@@ -43,6 +47,7 @@ class ShardWriter:
         self._ends = {name: self._data_start + end for name, (_, end) in offsets.items()}
         self._size = self._data_start + (max((e for _, e in offsets.values()), default=0))
         self._written = 0
+        self._flushed = 0
         self._digest = hashlib.sha256()
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         self.write(header)
@@ -57,6 +62,11 @@ class ShardWriter:
             done = os.write(self._fd, view)
             view = view[done:]
         self._written += n
+        if self._written - self._flushed >= FLUSH_BYTES:
+            # Start writeback of what is written so far (asynchronously; DONTNEED on dirty pages
+            # only queues them), so the final fsync waits for a little, not for the whole file.
+            os.posix_fadvise(self._fd, self._flushed, self._written - self._flushed, os.POSIX_FADV_DONTNEED)
+            self._flushed = self._written
         return n
 
     def end_tensor(self, name: str) -> None:

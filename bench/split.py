@@ -1,0 +1,279 @@
+"""Benchmark `neuronc split` against `cp -r` (the disk's floor) and an in-memory baseline, in the same run.
+
+    .venv/bin/python bench/split.py                  # ~2 GB bf16 Llama-shaped checkpoint, tp 8
+    .venv/bin/python bench/split.py --size-gb 4 --tp 4 --repeat 3 --json
+
+Generates a bf16 checkpoint with TinyLlama-like shapes (hidden 2048, 32 heads, 4 KV heads, MLP 5632,
+vocab 32000; the layer count sets the size) in several ~500 MB files with a model.safetensors.index.json,
+in a temporary directory. Reads it once so every contender starts from a warm page cache, then measures,
+each as a child process whose peak RSS comes from wait4():
+
+* ``cp -r`` of the checkpoint directory, and ``cp -r`` followed by ``sync`` of the copies (split fsyncs
+  its output, cp does not, so both are shown);
+* ``neuronc split --tp N`` (streams; writes, hashes and fsyncs every shard);
+* the baseline peers use: load the whole state dict with ``safetensors.torch.load_file``, then for each
+  rank slice it in memory and ``save_file`` the rank's dict.
+
+Prints wall time, ratio to ``cp -r`` and peak RSS for each, plus the targets from issue 4: split at most
+1.5x cp, and split's peak RSS at most 300 MB plus the largest tensor. Everything is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from neuronc.checkpoint.writer import ShardWriter  # noqa: E402
+
+HIDDEN, HEADS, KV_HEADS, MLP, VOCAB = 2048, 32, 4, 5632, 32000
+HEAD_DIM = HIDDEN // HEADS
+FILE_BYTES = 500 * 1024 * 1024
+MB = 1024 * 1024
+
+BASELINE = r"""
+import json, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+
+src, out, tp = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+kv_heads, head_dim = int(sys.argv[4]), int(sys.argv[5])
+index = json.loads((src / "model.safetensors.index.json").read_text())
+state = {}
+for file in sorted(set(index["weight_map"].values())):
+    state.update(load_file(src / file))           # the whole model in memory, as converters do
+out.mkdir()
+for rank in range(tp):
+    shard = {}
+    for name, t in state.items():
+        if name.endswith("norm.weight"):
+            shard[name] = t
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            shard[name] = t.chunk(tp, dim=1)[rank].contiguous()
+        elif name.endswith(("k_proj.weight", "v_proj.weight")) and kv_heads < tp:
+            head = rank // (tp // kv_heads)
+            shard[name] = t[head * head_dim : (head + 1) * head_dim].contiguous()
+        else:
+            shard[name] = t.chunk(tp, dim=0)[rank].contiguous()
+    save_file(shard, out / f"rank-{rank:03d}-of-{tp:03d}.safetensors", metadata={"format": "pt"})
+    del shard
+"""
+
+
+def layer_shapes(i: int) -> list[tuple[str, tuple[int, ...]]]:
+    p = f"model.layers.{i}"
+    return [
+        (f"{p}.input_layernorm.weight", (HIDDEN,)),
+        (f"{p}.self_attn.q_proj.weight", (HEADS * HEAD_DIM, HIDDEN)),
+        (f"{p}.self_attn.k_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN)),
+        (f"{p}.self_attn.v_proj.weight", (KV_HEADS * HEAD_DIM, HIDDEN)),
+        (f"{p}.self_attn.o_proj.weight", (HIDDEN, HEADS * HEAD_DIM)),
+        (f"{p}.post_attention_layernorm.weight", (HIDDEN,)),
+        (f"{p}.mlp.gate_proj.weight", (MLP, HIDDEN)),
+        (f"{p}.mlp.up_proj.weight", (MLP, HIDDEN)),
+        (f"{p}.mlp.down_proj.weight", (HIDDEN, MLP)),
+    ]
+
+
+def _nbytes(shape: tuple[int, ...]) -> int:
+    n = 2
+    for d in shape:
+        n *= d
+    return n
+
+
+def generate(dest: Path, size_gb: float) -> tuple[int, int, int]:
+    """Write the checkpoint; return (total bytes, largest tensor bytes, layers)."""
+    import numpy as np
+
+    per_layer = sum(_nbytes(s) for _, s in layer_shapes(0))
+    ends = 2 * _nbytes((VOCAB, HIDDEN)) + _nbytes((HIDDEN,))
+    layers = max(1, round((size_gb * 1e9 - ends) / per_layer))
+    tensors = [("model.embed_tokens.weight", (VOCAB, HIDDEN))]
+    for i in range(layers):
+        tensors += layer_shapes(i)
+    tensors += [("model.norm.weight", (HIDDEN,)), ("lm_head.weight", (VOCAB, HIDDEN))]
+
+    files: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+    for name, shape in tensors:
+        if files[-1] and sum(_nbytes(s) for _, s in files[-1]) + _nbytes(shape) > FILE_BYTES:
+            files.append([])
+        files[-1].append((name, shape))
+    dest.mkdir(parents=True)
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": HIDDEN,
+        "intermediate_size": MLP,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "num_hidden_layers": layers,
+        "vocab_size": VOCAB,
+        "torch_dtype": "bfloat16",
+    }
+    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    rng = np.random.default_rng(0)
+    weight_map = {}
+    for i, group in enumerate(files):
+        name = f"model-{i + 1:05d}-of-{len(files):05d}.safetensors"
+        writer = ShardWriter(dest / name, [(n, "BF16", s) for n, s in group], {"format": "pt"})
+        for tensor, shape in group:
+            # Random bf16 values with |x| < 2: clearing the top exponent bit rules out inf and NaN.
+            values = np.frombuffer(rng.bytes(_nbytes(shape)), dtype=np.uint16) & 0xBFFF
+            writer.write(values)
+            writer.end_tensor(tensor)
+            weight_map[tensor] = name
+        writer.finish()
+    total = sum(_nbytes(s) for _, s in tensors)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (dest / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    return total, max(_nbytes(s) for _, s in tensors), layers
+
+
+def run(cmd: list[str]) -> tuple[float, int, str]:
+    """Run a child; return (wall seconds, peak RSS bytes of the child and its descendants, stdout)."""
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as stdout:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err}")
+        stdout.seek(0)
+        return wall, usage.ru_maxrss * 1024, stdout.read().decode()
+
+
+def warm(path: Path) -> None:
+    for file in sorted(path.iterdir()):
+        with file.open("rb") as f:
+            while f.read(16 * MB):
+                pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gb", type=float, default=2.0, help="checkpoint size (default 2)")
+    parser.add_argument("--tp", type=int, default=8, help="tensor-parallel degree (default 8)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of cp and split; the median is shown")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the in-memory baseline")
+    parser.add_argument("--dir", type=Path, default=None, help="parent of the temporary directory")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="neuronc-bench-split-", dir=args.dir))
+    try:
+        src = work / "model"
+        t0 = time.perf_counter()
+        total, largest, layers = generate(src, args.size_gb)
+        print(
+            f"generated {total / 1e9:.2f} GB, {layers} layers, {len(list(src.glob('*.safetensors')))} files, "
+            f"largest tensor {largest / MB:.0f} MiB in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
+        warm(src)
+        results: dict[str, dict[str, Any]] = {}
+
+        def measure(label: str, cmd: list[str], out: Path, repeat: int) -> str:
+            walls, rss, stdout = [], [], ""
+            for _ in range(repeat):
+                shutil.rmtree(out, ignore_errors=True)
+                subprocess.run(["sync"], check=True)  # start each run without the previous run's dirty pages
+                wall, peak, stdout = run(cmd)
+                walls.append(wall)
+                rss.append(peak)
+                print(f"  {label}: {wall:.2f} s, peak RSS {peak / MB:.0f} MiB", file=sys.stderr)
+            results[label] = {"wall_s": statistics.median(walls), "peak_rss_bytes": max(rss), "runs": walls}
+            shutil.rmtree(out, ignore_errors=True)
+            return stdout
+
+        copy = work / "copy"
+        measure("cp -r", ["cp", "-r", str(src), str(copy)], copy, args.repeat)
+        sync_cmd = f'cp -r "{src}" "{copy}" && sync "{copy}"/*'
+        measure("cp -r + sync", ["sh", "-c", sync_cmd], copy, args.repeat)
+        out = work / "split"
+        split_cmd = [
+            sys.executable,
+            "-m",
+            "neuronc",
+            "split",
+            str(src),
+            "--tp",
+            str(args.tp),
+            "--out",
+            str(out),
+            "--json",
+        ]
+        stdout = measure("neuronc split", split_cmd, out, args.repeat)
+        results["neuronc split"]["reported"] = {k: v for k, v in json.loads(stdout).items() if k != "shards"}
+        # One more split to check: the check reads every shard and the whole source again.
+        shutil.rmtree(out, ignore_errors=True)
+        run(split_cmd)
+        check_cmd = [sys.executable, "-m", "neuronc", "split", "--check", str(out), "--json"]
+        check_out = measure("neuronc split --check", check_cmd, work / "unused", 1)
+        assert json.loads(check_out)["ok"] is True
+        shutil.rmtree(out, ignore_errors=True)
+        if not args.no_baseline:
+            base = work / "baseline"
+            baseline_cmd = [
+                sys.executable,
+                "-c",
+                BASELINE,
+                str(src),
+                str(base),
+                str(args.tp),
+                str(KV_HEADS),
+                str(HEAD_DIM),
+            ]
+            measure("baseline (load all, slice in memory)", baseline_cmd, base, 1)
+
+        cp_wall = results["cp -r"]["wall_s"]
+        for r in results.values():
+            r["ratio_to_cp"] = r["wall_s"] / cp_wall
+        split = results["neuronc split"]
+        bound = 300 * MB + largest
+        summary = {
+            "checkpoint_bytes": total,
+            "largest_tensor_bytes": largest,
+            "tp": args.tp,
+            "results": results,
+            "targets": {
+                "split_over_cp": {"value": split["ratio_to_cp"], "target": 1.5, "met": split["ratio_to_cp"] <= 1.5},
+                "split_peak_rss": {
+                    "value": split["peak_rss_bytes"],
+                    "bound": bound,
+                    "met": split["peak_rss_bytes"] <= bound,
+                },
+            },
+        }
+        if args.json:
+            print(json.dumps(summary, indent=2))
+            return
+        print(f"\ncheckpoint {total / 1e9:.2f} GB bf16, tp={args.tp}, largest tensor {largest / MB:.0f} MiB")
+        print(f"{'':40} {'wall s':>8} {'x cp -r':>8} {'peak RSS MiB':>13}")
+        for label, r in results.items():
+            print(f"{label:40} {r['wall_s']:8.2f} {r['ratio_to_cp']:8.2f} {r['peak_rss_bytes'] / MB:13.0f}")
+        t = summary["targets"]
+        print(
+            f"\nsplit / cp -r = {split['ratio_to_cp']:.2f} (target <= 1.5: {'met' if t['split_over_cp']['met'] else 'NOT met'}); "
+            f"split peak RSS {split['peak_rss_bytes'] / MB:.0f} MiB (bound 300 MiB + {largest / MB:.0f} MiB = "
+            f"{bound / MB:.0f} MiB: {'met' if t['split_peak_rss']['met'] else 'NOT met'})"
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
