@@ -382,6 +382,11 @@ def test_plan_matrix_and_deploy_do_not_import_torch(repo_root: Path, tmp_path: P
         f"    main(['matrix', {str(repo_root / 'profiles')!r}])\n"
         "except SystemExit:\n"
         "    pass\n"
+        "try:\n"
+        f"    main(['deploy', {str(tmp_path / 'no-bundle')!r}, '--for', 'vllm'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "import neuronc.deploy.vllm, neuronc.deploy.tgi, neuronc.deploy.torchserve, neuronc.deploy.sagemaker\n"
         "print(sorted({'torch', 'transformers', 'numpy'} & set(sys.modules)), file=sys.stderr)\n"
     )
     env = {

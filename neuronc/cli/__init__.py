@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "cache",
     "plan",
     "matrix",
+    "deploy",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"neuronc.cli.{_name}")
