@@ -199,6 +199,7 @@ class BuildReport:
             "wall_seconds": round(self.wall_seconds, 4),
             "nearest": self.nearest,
             "error": self.error,
+            "messages": self.messages,
         }
 
     def raise_for_status(self) -> None:

@@ -376,6 +376,8 @@ def test_concurrent_builds_of_one_key_compile_once(ws: Path) -> None:
         assert proc.returncode == 0, stderr
         results.append(json.loads(stdout))
     assert sorted(r["status"] for r in results) == ["built", "hit", "hit", "hit"]
+    waited = [r for r in results if r["messages"]]
+    assert all(r["messages"] == ["built concurrently by another process; reused"] for r in waited)
     assert len({r["bundle"] for r in results}) == 1
     assert compiles(ws) == 1
     assert verify_bundle(results[0]["bundle"]).ok
