@@ -141,19 +141,31 @@ def generate(dest: Path, size_gb: float) -> tuple[int, int, int]:
     return total, max(_nbytes(s) for _, s in tensors), layers
 
 
+TIME = shutil.which("time", path="/usr/bin:/bin")
+
+
 def run(cmd: list[str]) -> tuple[float, int, str]:
-    """Run a child; return (wall seconds, peak RSS bytes of the child and its descendants, stdout)."""
+    """Run a child; return (wall seconds, peak RSS bytes, stdout).
+
+    A child forked from this Python process starts out with this process's peak RSS (Linux carries
+    the hiwater mark across exec), so where /usr/bin/time exists it is the small process that forks
+    the measured command, and its %M is the number reported; otherwise wait4()'s ru_maxrss, which
+    may include up to this process's own ~40 MB.
+    """
+    full = [TIME, "-f", "%M", *cmd] if TIME else cmd
     start = time.perf_counter()
-    with tempfile.TemporaryFile() as stdout:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(full, stdout=stdout, stderr=stderr)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
-        err = proc.stderr.read().decode() if proc.stderr else ""
+        stderr.seek(0)
+        err = stderr.read().decode()
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err}")
+        peak = int(err.strip().splitlines()[-1]) * 1024 if TIME else usage.ru_maxrss * 1024
         stdout.seek(0)
-        return wall, usage.ru_maxrss * 1024, stdout.read().decode()
+        return wall, peak, stdout.read().decode()
 
 
 def warm(path: Path) -> None:
@@ -171,13 +183,20 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true", help="skip the in-memory baseline")
     parser.add_argument("--dir", type=Path, default=None, help="parent of the temporary directory")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.generate_into:
+        print(json.dumps(generate(args.generate_into, args.size_gb)))
+        return
 
     work = Path(tempfile.mkdtemp(prefix="neuronc-bench-split-", dir=args.dir))
     try:
         src = work / "model"
         t0 = time.perf_counter()
-        total, largest, layers = generate(src, args.size_gb)
+        # In a child process: a forked child inherits its parent's peak RSS until exec (Linux carries
+        # the old hiwater mark over), so the parent must stay small for wait4()'s numbers to mean anything.
+        gen = [sys.executable, __file__, "--generate-into", str(src), "--size-gb", str(args.size_gb)]
+        total, largest, layers = json.loads(subprocess.run(gen, check=True, capture_output=True, text=True).stdout)
         print(
             f"generated {total / 1e9:.2f} GB, {layers} layers, {len(list(src.glob('*.safetensors')))} files, "
             f"largest tensor {largest / MB:.0f} MiB in {time.perf_counter() - t0:.1f} s",
@@ -218,6 +237,16 @@ def main() -> None:
         ]
         stdout = measure("neuronc split", split_cmd, out, args.repeat)
         results["neuronc split"]["reported"] = {k: v for k, v in json.loads(stdout).items() if k != "shards"}
+        # The same split without fsync, through the Python API (as a compile pipeline that fsyncs its
+        # whole staging directory once would call it): the fair partner of plain `cp -r`.
+        nosync = "import sys; from pathlib import Path; from neuronc.checkpoint import split_checkpoint; "
+        nosync += "split_checkpoint(Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), fsync=False)"
+        measure(
+            "neuronc split, no fsync (API)",
+            [sys.executable, "-c", nosync, str(src), str(out), str(args.tp)],
+            out,
+            args.repeat,
+        )
         # One more split to check: the check reads every shard and the whole source again.
         shutil.rmtree(out, ignore_errors=True)
         run(split_cmd)

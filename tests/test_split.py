@@ -395,3 +395,11 @@ def test_progress_sees_every_written_byte(models: dict[str, tuple[Path, dict[str
     headers = sum(8 + int.from_bytes((tmp_path / "w" / s.file).read_bytes()[:8], "little") for s in result.shards)
     assert seen["total"] == result.total_bytes - headers
     assert seen["done"] == "4 shards"
+
+
+def test_without_fsync_the_output_is_the_same(models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path) -> None:
+    path, _ = models["mixtral"]
+    durable = split_checkpoint(path, tmp_path / "a", 4)
+    fast = split_checkpoint(path, tmp_path / "b", 4, fsync=False)
+    assert [s.sha256 for s in durable.shards] == [s.sha256 for s in fast.shards]
+    assert (tmp_path / "a" / "index.json").read_text() == (tmp_path / "b" / "index.json").read_text()

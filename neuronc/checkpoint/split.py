@@ -120,6 +120,7 @@ def split_checkpoint(
     *,
     dtype: str | None = None,
     progress: ProgressSink = NULL_PROGRESS,
+    fsync: bool = True,
 ) -> SplitResult:
     """Split a Hugging Face checkpoint into ``tp`` rank shards plus ``index.json`` in ``out_dir``.
 
@@ -129,6 +130,8 @@ def split_checkpoint(
         tp: tensor-parallel degree.
         dtype: cast floating-point tensors to "fp32", "fp16" or "bf16" while streaming.
         progress: receives one bytes task covering every byte written.
+        fsync: make every file durable before publishing (the default). A caller that builds the
+            split inside its own staging directory and fsyncs that as a whole may pass False.
 
     Raises:
         CheckpointError: the checkpoint is missing, broken, or has tensors no rule covers.
@@ -159,7 +162,7 @@ def split_checkpoint(
         try:
             for rank in range(tp):
                 metadata = {"format": "pt", "neuronc.rank": str(rank), "neuronc.tp": str(tp)}
-                writers.append(ShardWriter(staging / shard_name(rank, tp), layouts[rank], metadata))
+                writers.append(ShardWriter(staging / shard_name(rank, tp), layouts[rank], metadata, durable=fsync))
             total = sum(_data_bytes(layout) for layout in layouts)
             task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
             for plan in order:
@@ -173,10 +176,12 @@ def split_checkpoint(
                 for rank, f in enumerate(written)
             ]
             index = _index_json(ckpt, dims.family, tp, target, plans, stored, shards)
-            _write_json(staging / INDEX_FILE, index)
-            fsync_dir(staging)
+            _write_json(staging / INDEX_FILE, index, durable=fsync)
+            if fsync:
+                fsync_dir(staging)
             os.replace(staging, out_dir)
-            fsync_dir(out_dir.parent)
+            if fsync:
+                fsync_dir(out_dir.parent)
             task.done(f"{len(shards)} shards")
         except BaseException:
             fanout.close()
@@ -393,8 +398,9 @@ def _index_json(
     }
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: dict[str, Any], *, durable: bool) -> None:
     with path.open("w", encoding="utf-8") as f:
         f.write(json.dumps(data, indent=2) + "\n")
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())

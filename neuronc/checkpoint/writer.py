@@ -18,7 +18,6 @@ from typing import Any
 
 from neuronc.checkpoint._safetensors import build_header
 
-
 # Bytes after which a writer asks the kernel to start writing its file back.
 FLUSH_BYTES = 32 * 1024 * 1024
 
@@ -40,9 +39,12 @@ class ShardWriter:
         path: Path,
         tensors: Sequence[tuple[str, str, tuple[int, ...]]],
         metadata: Mapping[str, str] | None = None,
+        *,
+        durable: bool = True,
     ) -> None:
         header, offsets = build_header(tensors, metadata)
         self.path = path
+        self._durable = durable
         self._data_start = len(header)
         self._ends = {name: self._data_start + end for name, (_, end) in offsets.items()}
         self._size = self._data_start + (max((e for _, e in offsets.values()), default=0))
@@ -62,7 +64,7 @@ class ShardWriter:
             done = os.write(self._fd, view)
             view = view[done:]
         self._written += n
-        if self._written - self._flushed >= FLUSH_BYTES:
+        if self._durable and self._written - self._flushed >= FLUSH_BYTES:
             # Start writeback of what is written so far (asynchronously; DONTNEED on dirty pages
             # only queues them), so the final fsync waits for a little, not for the whole file.
             os.posix_fadvise(self._fd, self._flushed, self._written - self._flushed, os.POSIX_FADV_DONTNEED)
@@ -76,12 +78,13 @@ class ShardWriter:
             raise AssertionError(msg)
 
     def finish(self) -> WrittenFile:
-        """Check the size, fsync and close; return the file's size and SHA-256."""
+        """Check the size, fsync (when durable) and close; return the file's size and SHA-256."""
         if self._written != self._size:
             msg = f"{self.path.name}: wrote {self._written} bytes, header promised {self._size}"
             raise AssertionError(msg)
         assert self._fd is not None
-        os.fsync(self._fd)
+        if self._durable:
+            os.fsync(self._fd)
         os.close(self._fd)
         self._fd = None
         return WrittenFile(self.path, self._written, self._digest.hexdigest())
