@@ -179,7 +179,7 @@ def _lookup_model(model: str, source: RegistrySource, filters: Any, task: str, r
 
 
 def _nothing_message(result: LookupResult) -> str:
-    if result.related and not result.hit:
+    if result.matches:  # all of them written for this model id with another architecture
         return f"No cached configuration for {result.model} with its current architecture."
     if result.related:
         return f"No cached configuration for {result.model} matches the filters ({result.related} without them)."

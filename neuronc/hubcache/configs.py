@@ -168,6 +168,7 @@ def emulate_diff_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
     inst["dtype"] = dtype if dtype is not None else class_defaults.get("dtype")
     if "id2label" in given and isinstance(given["id2label"], dict):
         inst["id2label"] = {int(k): v for k, v in given["id2label"].items()}
+        inst["label2id"] = given.get("label2id")  # not derived when id2label is given
     elif isinstance(given.get("num_labels"), int):
         inst["id2label"] = {i: f"LABEL_{i}" for i in range(given["num_labels"])}
         inst["label2id"] = {f"LABEL_{i}": i for i in range(given["num_labels"])}
@@ -274,7 +275,7 @@ def _diff_dict_with_transformers(raw: Mapping[str, Any], task: str) -> dict[str,
     try:
         # What AutoConfig.from_pretrained does once it has read config.json.
         config = CONFIG_MAPPING[str(raw["model_type"])].from_dict(copy.deepcopy(dict(raw)))
-    except (ValueError, KeyError, TypeError):
+    except (ImportError, ValueError, KeyError, TypeError):  # unknown type, bad config, broken install
         return None
     if task == "text-generation":
         text = config.get_text_config()
