@@ -398,9 +398,17 @@ def _index_json(
     }
 
 
+def index_text(index: dict[str, Any]) -> str:
+    """Render index.json: indented, with one line per tensor, so ``grep q_proj index.json`` reads well."""
+    head = {k: v for k, v in index.items() if k != "tensors"}
+    lines = [f"    {json.dumps(name)}: {json.dumps(entry)}" for name, entry in index["tensors"].items()]
+    text = json.dumps(head, indent=2)[: -len("\n}")]
+    return text + ',\n  "tensors": {\n' + ",\n".join(lines) + "\n  }\n}\n"
+
+
 def _write_json(path: Path, data: dict[str, Any], *, durable: bool) -> None:
     with path.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(data, indent=2) + "\n")
+        f.write(index_text(data))
         f.flush()
         if durable:
             os.fsync(f.fileno())
