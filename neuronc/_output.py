@@ -54,7 +54,9 @@ class Output:
         if self._stdout is None:
             from rich.console import Console
 
-            self._stdout = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+            # No `file=`: Rich then writes to whatever sys.stdout is at print time, so test
+            # runners that swap the streams between invocations keep working.
+            self._stdout = Console(highlight=False, soft_wrap=True)
         return self._stdout
 
     @property
@@ -62,7 +64,7 @@ class Output:
         if self._stderr is None:
             from rich.console import Console
 
-            self._stderr = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+            self._stderr = Console(stderr=True, highlight=False, soft_wrap=True)
         return self._stderr
 
     def reset(self) -> None:
