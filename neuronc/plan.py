@@ -647,8 +647,9 @@ def plan_builds(
     from neuronc.remote_store import open_store, probe
 
     resolved = open_store(store)
+    hf_statuses = hf_cache_statuses(specs, snapshot=snapshot, online=online)
     plans: list[BuildPlan] = []
-    for spec in specs:
+    for index, spec in enumerate(specs):
         backend = get_backend(spec.backend)
         availability = backend.availability()
         versions = dict(availability.versions or backend.toolchain_versions())
@@ -661,7 +662,7 @@ def plan_builds(
                 f"the {spec.backend} toolchain is not installed here ({availability.reason}); "
                 "a hit is judged for the versions installed here, the compile runner's may differ"
             )
-        hf = hf_cache_status(spec, snapshot=snapshot, online=online)
+        hf = hf_statuses[index]
         plan = get_backend(spec.backend).plan(spec)
         est = estimate(spec, load_model_config(spec), jobs=jobs, graphs=len(plan.graphs), host_ram=host_ram)
         graphs = [
@@ -689,46 +690,47 @@ def plan_builds(
     return plans
 
 
+def hf_cache_statuses(
+    specs: Sequence[BuildSpec], *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
+) -> list[dict[str, Any]]:
+    """Whether the Hugging Face Neuron cache has each build: hit | miss | n/a | unknown (never raises).
+
+    One registry load for all builds, through ``neuronc.hubcache.lookup_builds`` with a snapshot
+    (``--snapshot DIR``) or the Hub (``--online``). A snapshot that cannot be read or an
+    unreachable Hub gives "unknown" with the reason: the cache is advisory.
+    """
+    if snapshot is None and not online:
+        return [{"status": UNKNOWN, "source": None, "detail": "not checked (pass --snapshot DIR or --online)"}] * len(
+            specs
+        )
+    source_name = str(snapshot) if snapshot is not None else "hub"
+    try:
+        from neuronc.hubcache import HubSource, SnapshotSource, lookup_builds
+
+        source: Any = SnapshotSource(snapshot) if snapshot is not None else HubSource.from_environment()
+        results, _ = lookup_builds(list(specs), source)
+    except Exception as exc:  # the cache is advisory: an unreachable Hub or a bad snapshot is "unknown"
+        text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        first = str(text).splitlines()[0]
+        return [{"status": UNKNOWN, "source": source_name, "detail": f"lookup failed: {first}"}] * len(specs)
+    statuses = []
+    for result in results:
+        status = {"hit": STORE_HIT, "miss": STORE_MISS, "not-applicable": "n/a"}.get(result.status, UNKNOWN)
+        statuses.append(
+            {
+                "status": status,
+                "source": source_name,
+                "detail": {"hits": len(result.hits), "nearest": len(result.nearest), "notes": list(result.notes)},
+            }
+        )
+    return statuses
+
+
 def hf_cache_status(
     spec: BuildSpec, *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
 ) -> dict[str, Any]:
-    """Whether the Hugging Face Neuron cache has this build: hit | miss | unknown (never raises).
-
-    Uses ``neuronc.hubcache.lookup_build(spec, source)``; a missing module, an unreachable Hub or a
-    snapshot that cannot be read all give "unknown" with the reason.
-    """
-    if snapshot is None and not online:
-        return {"status": UNKNOWN, "source": None, "detail": "not checked (pass --snapshot DIR or --online)"}
-    source = str(snapshot) if snapshot is not None else "hub"
-    try:
-        from neuronc import hubcache
-
-        lookup = getattr(hubcache, "lookup_build", None)
-        if lookup is None:
-            return {"status": UNKNOWN, "source": source, "detail": "this neuronc has no HF Neuron cache lookup"}
-        result = lookup(spec, source)
-    except Exception as exc:  # the cache is advisory: an unreachable Hub or bad snapshot is "unknown"
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return {"status": UNKNOWN, "source": source, "detail": f"lookup failed: {first}"}
-    return _hf_result(result, source)
-
-
-def _hf_result(result: Any, source: str) -> dict[str, Any]:
-    if result is None:
-        return {"status": STORE_MISS, "source": source, "detail": None}
-    if isinstance(result, bool):
-        return {"status": STORE_HIT if result else STORE_MISS, "source": source, "detail": None}
-    to_json = getattr(result, "to_json", None)
-    data = to_json() if callable(to_json) else result
-    if isinstance(data, Mapping):
-        status = data.get("status")
-        if status not in (STORE_HIT, STORE_MISS, UNKNOWN):
-            hit = data.get("hit")
-            status = UNKNOWN if hit is None else (STORE_HIT if hit else STORE_MISS)
-        return {"status": status, "source": source, "detail": dict(data)}
-    hit = getattr(result, "hit", None)
-    status = UNKNOWN if hit is None else (STORE_HIT if hit else STORE_MISS)
-    return {"status": status, "source": source, "detail": str(result)}
+    """``hf_cache_statuses`` for one build."""
+    return hf_cache_statuses([spec], snapshot=snapshot, online=online)[0]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -785,6 +787,7 @@ __all__ = [
     "gib",
     "hbm_per_core",
     "hf_cache_status",
+    "hf_cache_statuses",
     "host_ram_bytes",
     "load_model_config",
     "matrix_entries",

@@ -365,9 +365,27 @@ def test_hf_cache_status_is_unknown_rather_than_a_crash(tmp_path: Path) -> None:
     spec = _spec(tmp_path, LLAMA_3_1_8B)
     assert hf_cache_status(spec)["status"] == "unknown"
     missing = hf_cache_status(spec, snapshot=tmp_path / "no-such-snapshot")
-    assert missing["status"] in {"unknown", "miss"}
-    offline = hf_cache_status(spec, online=True)  # HF_HUB_OFFLINE=1 in tests: no network
-    assert offline["status"] in {"unknown", "miss"}
+    assert missing["status"] == "unknown"
+    assert "no such snapshot directory" in missing["detail"]
+    offline = hf_cache_status(spec, online=True)  # HF_HUB_OFFLINE=1 in tests: the Hub cannot be asked
+    assert offline["status"] == "unknown", offline
+
+
+def test_plan_looks_builds_up_in_an_hf_cache_snapshot(repo_root: Path, tmp_path: Path, runner: CliRunner) -> None:
+    fixture = repo_root / "tests" / "fixtures" / "hf-neuron-cache"
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        f"model: {{id: {fixture / 'models' / 'example-org' / 'tiny-llama'}}}\n"
+        "backend: optimum-neuron\ntarget: trn1\ntp_degree: 2\namp: bf16\nsequence: {max_length: 2048}\n"
+        "matrix: {batch_size: [1, 3]}\n"
+    )
+    result = _invoke(runner, ["plan", str(profile), "--snapshot", str(fixture / "snapshot"), "--json"])
+    assert result.exit_code == 0, result.output
+    builds = json.loads(result.stdout)["builds"]
+    # The snapshot holds an optimum-neuron 0.3.0 export of this model at batch 1, not at batch 3.
+    assert [(b["batch_size"], b["hf_cache"]["status"]) for b in builds] == [(1, "hit"), (3, "miss")]
+    assert {g["hf_cache"] for g in builds[0]["graphs"]} == {"hit"}
+    assert builds[0]["preflight"]["status"] == "fits"  # the tiny model's config.json is local
 
 
 def test_plan_matrix_and_deploy_do_not_import_torch(repo_root: Path, tmp_path: Path) -> None:
