@@ -670,7 +670,9 @@ def _compile_into_store(
             model_dir, source = resolve_checkpoint(spec, revision)
         weights_dir: Path | None = None
         shards: list[dict[str, Any]] = []
-        if spec.weights == "presharded":
+        # A backend that shards in its own format (the Neuron SDKs) says it never reads neuronc's
+        # rank shards; writing them would only cost time and disk.
+        if spec.weights == "presharded" and getattr(backend, "consumes_rank_shards", True):
             # The splitter draws its own byte-progress bar.
             with stages.stage("split", f"split weights (tp={spec.tp_degree})", quiet=True):
                 weights_dir = staging / "weights"

@@ -298,6 +298,14 @@ def test_on_load_weights_skip_the_split(ws: Path) -> None:
     assert manifest.shards == [] and "split" not in [s.name for s in manifest.stages]
 
 
+def test_a_backend_that_shards_its_own_way_gets_no_rank_shards(ws: Path) -> None:
+    [report] = run(ws, write_profile(ws / "p.yaml", backend="own-shards"))
+    assert report.status == "built", report.error
+    manifest = read_manifest(Path(report.bundle or ""))
+    assert manifest.shards == [] and not any(f.path.startswith("weights/") for f in manifest.files)
+    assert "split" not in [s.name for s in report.stages]
+
+
 # -- hub models -----------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from plugins.fake_backend import FakeBackend
 
 NAME = "pipeline"
 MISSING = "missing"
+OWN_SHARDS = "own-shards"
 COMPILE_LOG_ENV = "NEURONC_TEST_COMPILE_LOG"
 
 
@@ -65,6 +66,13 @@ class PipelineBackend(FakeBackend):
         return CompileResult(graphs, extra={"compiled_by": NAME})
 
 
+class OwnShardsBackend(PipelineBackend):
+    """Shards weights in its own format (as the Neuron SDKs do): neuronc's rank shards are not needed."""
+
+    name: ClassVar[str] = OWN_SHARDS
+    consumes_rank_shards: ClassVar[bool] = False
+
+
 class MissingBackend(BackendBase):
     name: ClassVar[str] = MISSING
     description: ClassVar[str] = "a backend whose SDK is not installed"
@@ -79,8 +87,9 @@ def register() -> None:
     register_backend_for_tests("fake", "plugins.fake_backend:FakeBackend")
     register_backend_for_tests(NAME, "plugins.pipeline_backend:PipelineBackend")
     register_backend_for_tests(MISSING, "plugins.pipeline_backend:MissingBackend")
+    register_backend_for_tests(OWN_SHARDS, "plugins.pipeline_backend:OwnShardsBackend")
 
 
 def unregister() -> None:
-    for name in ("fake", NAME, MISSING):
+    for name in ("fake", NAME, MISSING, OWN_SHARDS):
         unregister_backend_for_tests(name)
