@@ -404,3 +404,41 @@ def test_plan_reports_a_remote_store_hit(s3_env: str, tmp_path: Path, runner: Cl
     assert build["store"]["status"] == "hit"
     assert build["store"]["location"].startswith(store_url + "/")
     assert {g["store"] for g in build["graphs"]} == {"hit"}
+
+
+@pytest.mark.s3
+def test_ci_flow_compile_only_key_publishes_and_another_runner_gets_a_verified_hit(
+    s3_env: str, tmp_path: Path, runner: CliRunner, repo_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/ci.md end to end: matrix → compile --only KEY --store s3:// → verify; then --require-hit elsewhere."""
+    register()
+    model = repo_root / "profiles" / "models" / "tiny-llama"
+    profile = tmp_path / "fan.yaml"
+    profile.write_text(
+        f"model: {{id: {model}}}\nbackend: fake\ntarget: inf2\ntp_degree: 1\n"
+        "sequence: {max_length: 128}\nmatrix: {batch_size: [1, 2]}\n"
+    )
+    entry = json.loads(_invoke(runner, ["matrix", str(profile)]).stdout)["include"][1]
+    store_url = f"s3://{s3_env}/ci"
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(tmp_path / "runner-a"))
+    args = ["compile", entry["profile"], "--only", entry["key"], "--store", store_url]
+    result = _invoke(runner, [*args, "--out", str(tmp_path / "a"), "--report", str(tmp_path / "a.json")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "a.json").read_text())["builds"][0]["status"] == "built"
+    assert _invoke(runner, ["verify", str(tmp_path / "a")]).exit_code == 0
+
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(tmp_path / "runner-b"))  # another machine
+    result = _invoke(
+        runner, [*args, "--require-hit", "--out", str(tmp_path / "b"), "--report", str(tmp_path / "b.json")]
+    )
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "b.json").read_text())["builds"][0]
+    assert (record["status"], record["config_hash"]) == ("hit", entry["config_hash"])
+    assert verify_bundle(tmp_path / "b").ok
+    assert (tmp_path / "b" / MANIFEST_NAME).read_bytes() == (tmp_path / "a" / MANIFEST_NAME).read_bytes()
+
+    other = json.loads(_invoke(runner, ["matrix", str(profile)]).stdout)["include"][0]
+    result = _invoke(
+        runner, ["compile", other["profile"], "--only", other["key"], "--store", store_url, "--require-hit"]
+    )
+    assert result.exit_code == 6  # never built: --require-hit misses
