@@ -344,6 +344,7 @@ def test_cli_argument_errors_exit_2(
         (["split", str(path), "--tp", "2", "--out", str(tmp_path / "b"), "--dtype", "int4"], "unknown dtype"),
         (["split", str(path), "--tp", "2"], "needs MODEL_DIR, --tp and --out"),
         (["split", "--check", str(tmp_path)], "no index.json"),
+        (["split", "--check", str(tmp_path), "--tp", "2"], "--check takes only the split directory"),
     ]
     for args, message in cases:
         result = _invoke(runner, args)

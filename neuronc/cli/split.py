@@ -39,6 +39,8 @@ def split_command(
     """Split a checkpoint into tensor-parallel rank shards, streaming, with bounded memory."""
     out.configure(json_mode=json_out)
     if check is not None:
+        if tp is not None or out_dir is not None or dtype is not None:
+            raise InvalidInputError("--check takes only the split directory (and optionally MODEL_DIR)")
         _check(check, model_dir)
         return
     if model_dir is None or tp is None or out_dir is None:
