@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 
@@ -132,11 +132,7 @@ def test_encoder_compile_saves_one_loadable_torchscript_per_bucket(
     assert result.extra["torch_neuronx"]["cpu_backend"] is True
 
 
-def test_custom_model_factory(
-    sdk_doubles: Path,  # noqa: F811
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_custom_model_factory(sdk_doubles: Path, tmp_path: Path) -> None:  # noqa: F811
     (tmp_path / "mymodels.py").write_text(
         textwrap.dedent(
             """
@@ -153,8 +149,6 @@ def test_custom_model_factory(
     )
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt/config.json").write_text("{}")
-    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}:{__import__('os').environ['PYTHONPATH']}")
-    monkeypatch.syspath_prepend(str(tmp_path))
     spec = make_spec(
         """
         model: {id: ./ckpt, task: text-classification}
@@ -166,11 +160,11 @@ def test_custom_model_factory(
         """,
         tmp_path,
     )
-    job = make_job(spec, tmp_path / "ckpt", tmp_path)
+    # Only the compile's child process imports the factory module (the job's env reaches it).
+    job = make_job(spec, tmp_path / "ckpt", tmp_path, PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ['PYTHONPATH']}")
     get_backend("torch-neuronx").compile(job)
     traced = torch.jit.load(str(job.artifacts_dir / "enc-b1-s8.pt"))
     assert traced(torch.ones((1, 8), dtype=torch.long)).item() == 16.0
-    sys.modules.pop("mymodels", None)
 
 
 def test_tp_is_one_core_and_weights_are_inlined() -> None:

@@ -8,16 +8,17 @@ the files the real ones write (model.pt, neuron_config.json, *.neff, weights/tp*
 .safetensors ...), without compiling anything. Every module says so in its docstring and carries
 ``SDK_DOUBLE = True``.
 
-``install_doubles`` puts them on ``sys.path`` and writes matching ``*.dist-info`` metadata, so the
-backends' availability check (which reads distribution metadata without importing) sees them;
-``subprocess_env`` does the same for a child process such as the isolated compile or ``neuronc``.
+The ``sdk_doubles`` fixture (``fixtures.py``) puts them on ``sys.path`` and writes matching
+``*.dist-info`` metadata, so the backends' availability check (which reads distribution metadata
+without importing) sees them; ``subprocess_env`` does the same for a child process such as the
+isolated compile.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 SITE = Path(__file__).resolve().parent / "site"
@@ -69,26 +70,3 @@ def forget_doubles() -> None:
     for name in list(sys.modules):
         if name.split(".")[0] in TOP_LEVEL and getattr(sys.modules[name], "SDK_DOUBLE", True):
             del sys.modules[name]
-
-
-def installed(dist_dir: Path) -> Iterator[None]:
-    """Context body for a fixture: doubles importable and visible to importlib.metadata."""
-    import importlib
-
-    write_dist_info(dist_dir)
-    old_path = list(sys.path)
-    old_pythonpath = os.environ.get("PYTHONPATH")
-    sys.path[:0] = [str(SITE), str(dist_dir)]
-    os.environ["PYTHONPATH"] = subprocess_env(dist_dir)["PYTHONPATH"]
-    importlib.invalidate_caches()
-    forget_doubles()
-    try:
-        yield
-    finally:
-        sys.path[:] = old_path
-        if old_pythonpath is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_pythonpath
-        forget_doubles()
-        importlib.invalidate_caches()

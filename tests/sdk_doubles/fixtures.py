@@ -11,20 +11,25 @@ import pytest
 
 from neuronc.backends.base import CompileJob
 from neuronc.profile import BuildSpec, parse_profile
-from sdk_doubles import installed
+from sdk_doubles import SITE, forget_doubles, subprocess_env, write_dist_info
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def sdk_doubles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Put the SDK doubles on sys.path (and PYTHONPATH) with their distribution metadata."""
-    yield from _installed(tmp_path_factory.mktemp("sdk-dists"))
+def sdk_doubles(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Put the SDK doubles on sys.path (and PYTHONPATH) with their distribution metadata.
 
-
-def _installed(dist_dir: Path) -> Iterator[Path]:
-    for _ in installed(dist_dir):
-        yield dist_dir
+    Everything goes through ``monkeypatch`` so it is undone in one place, in order, whatever else
+    the test patches.
+    """
+    dist_dir = write_dist_info(tmp_path_factory.mktemp("sdk-dists"))
+    monkeypatch.syspath_prepend(str(dist_dir))
+    monkeypatch.syspath_prepend(str(SITE))
+    monkeypatch.setenv("PYTHONPATH", subprocess_env(dist_dir)["PYTHONPATH"])
+    forget_doubles()
+    yield dist_dir
+    forget_doubles()
 
 
 def _save(model: Any, directory: Path) -> Path:
