@@ -201,8 +201,11 @@ def test_on_load_bundle_is_self_contained_after_it_moves(
     sdk_doubles: Path,  # noqa: F811
     workspace: Path,
 ) -> None:
-    job = make_job(spec_for(workspace, "on-load"), workspace / "llama", workspace)
+    job = make_job(spec_for(workspace, "on-load"), workspace / "llama", workspace, HF_TOKEN="hf_secret")
     result = get_backend("nxdi").compile(job)  # the isolated child process
+    log = (job.logs_dir / COMPILE_LOG).read_text()
+    assert "NEURON_CC_FLAGS=-O1" in log
+    assert "HF_TOKEN=<set>" in log and "hf_secret" not in log
     assert "model.safetensors" in files_under(job.artifacts_dir)
     assert "weights" not in {p.name for p in job.artifacts_dir.iterdir()}
     assert (job.logs_dir / COMPILE_LOG).is_file()

@@ -77,6 +77,7 @@ DEFAULT_COMPILE_CACHE = "/var/tmp/neuron-compile-cache"
 _CACHE_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
 
 COMPILE_LOG = "compile.log"
+_LOGGED_ENV = frozenset({"BASE_COMPILE_WORK_DIR", "TMPDIR", "PYTHONPATH"})
 # Where a load snippet stored in a manifest says the bundle is; `inspect` shows it as written.
 BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
 _TAIL_LINES = 30
@@ -551,7 +552,9 @@ def run_isolated(backend: NeuronBackend, job: CompileJob, *, python: str | None 
     with log_path.open("ab") as log:
         log.write(f"$ {shlex.join(cmd)}\n".encode())
         for key in sorted(env_vars):
-            log.write(f"  {key}={env_vars[key]}\n".encode())
+            # Values of variables neuronc did not set itself may be secrets: show their names only.
+            shown = env_vars[key] if key.startswith("NEURON") or key in _LOGGED_ENV else "<set>"
+            log.write(f"  {key}={shown}\n".encode())
         log.flush()
         proc = subprocess.Popen(
             cmd, cwd=job.work_dir, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
