@@ -144,15 +144,15 @@ def generate(dest: Path, size_gb: float) -> tuple[int, int, int]:
 TIME = shutil.which("time", path="/usr/bin:/bin")
 
 
-def run(cmd: list[str]) -> tuple[float, int, str]:
-    """Run a child; return (wall seconds, peak RSS bytes, stdout).
+def run(cmd: list[str]) -> tuple[float, int, float, str]:
+    """Run a child; return (wall seconds, peak RSS bytes, CPU seconds (user + system), stdout).
 
     A child forked from this Python process starts out with this process's peak RSS (Linux carries
     the hiwater mark across exec), so where /usr/bin/time exists it is the small process that forks
     the measured command, and its %M is the number reported; otherwise wait4()'s ru_maxrss, which
     may include up to this process's own ~40 MB.
     """
-    full = [TIME, "-f", "%M", *cmd] if TIME else cmd
+    full = [TIME, "-f", "%M %U %S", *cmd] if TIME else cmd
     start = time.perf_counter()
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(full, stdout=stdout, stderr=stderr)
@@ -163,9 +163,13 @@ def run(cmd: list[str]) -> tuple[float, int, str]:
         err = stderr.read().decode()
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err}")
-        peak = int(err.strip().splitlines()[-1]) * 1024 if TIME else usage.ru_maxrss * 1024
+        if TIME:
+            kb, user, system = err.strip().splitlines()[-1].split()
+            peak, cpu = int(kb) * 1024, float(user) + float(system)
+        else:
+            peak, cpu = usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
         stdout.seek(0)
-        return wall, peak, stdout.read().decode()
+        return wall, peak, cpu, stdout.read().decode()
 
 
 def warm(path: Path) -> None:
@@ -203,18 +207,25 @@ def main() -> None:
             file=sys.stderr,
         )
         warm(src)
+        load = os.getloadavg()
         results: dict[str, dict[str, Any]] = {}
 
         def measure(label: str, cmd: list[str], out: Path, repeat: int) -> str:
-            walls, rss, stdout = [], [], ""
+            walls, rss, cpus, stdout = [], [], [], ""
             for _ in range(repeat):
                 shutil.rmtree(out, ignore_errors=True)
                 subprocess.run(["sync"], check=True)  # start each run without the previous run's dirty pages
-                wall, peak, stdout = run(cmd)
+                wall, peak, cpu, stdout = run(cmd)
                 walls.append(wall)
                 rss.append(peak)
-                print(f"  {label}: {wall:.2f} s, peak RSS {peak / MB:.0f} MiB", file=sys.stderr)
-            results[label] = {"wall_s": statistics.median(walls), "peak_rss_bytes": max(rss), "runs": walls}
+                cpus.append(cpu)
+                print(f"  {label}: {wall:.2f} s, {cpu:.2f} CPU s, peak RSS {peak / MB:.0f} MiB", file=sys.stderr)
+            results[label] = {
+                "wall_s": statistics.median(walls),
+                "cpu_s": statistics.median(cpus),
+                "peak_rss_bytes": max(rss),
+                "runs": walls,
+            }
             shutil.rmtree(out, ignore_errors=True)
             return stdout
 
@@ -277,6 +288,8 @@ def main() -> None:
             "checkpoint_bytes": total,
             "largest_tensor_bytes": largest,
             "tp": args.tp,
+            "cpus": os.cpu_count(),
+            "load_average_at_start": load[0],
             "results": results,
             "targets": {
                 "split_over_cp": {"value": split["ratio_to_cp"], "target": 1.5, "met": split["ratio_to_cp"] <= 1.5},
@@ -290,10 +303,15 @@ def main() -> None:
         if args.json:
             print(json.dumps(summary, indent=2))
             return
-        print(f"\ncheckpoint {total / 1e9:.2f} GB bf16, tp={args.tp}, largest tensor {largest / MB:.0f} MiB")
-        print(f"{'':40} {'wall s':>8} {'x cp -r':>8} {'peak RSS MiB':>13}")
+        print(
+            f"\ncheckpoint {total / 1e9:.2f} GB bf16, tp={args.tp}, largest tensor {largest / MB:.0f} MiB; "
+            f"{os.cpu_count()} CPUs, load average {load[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+        )
+        print(f"{'':40} {'wall s':>8} {'x cp -r':>8} {'CPU s':>8} {'peak RSS MiB':>13}")
         for label, r in results.items():
-            print(f"{label:40} {r['wall_s']:8.2f} {r['ratio_to_cp']:8.2f} {r['peak_rss_bytes'] / MB:13.0f}")
+            print(
+                f"{label:40} {r['wall_s']:8.2f} {r['ratio_to_cp']:8.2f} {r['cpu_s']:8.2f} {r['peak_rss_bytes'] / MB:13.0f}"
+            )
         t = summary["targets"]
         print(
             f"\nsplit / cp -r = {split['ratio_to_cp']:.2f} (target <= 1.5: {'met' if t['split_over_cp']['met'] else 'NOT met'}); "
