@@ -299,6 +299,7 @@ class HubSource:
         self._resolved: str | None = None
         self._from_cache = False
         self._network_note: str | None = None
+        self._listing: _Listing | None = None
 
     @classmethod
     def from_environment(cls, repo: str | None = None, **kwargs: Any) -> HubSource:
@@ -325,15 +326,24 @@ class HubSource:
 
     def resolve_revision(self) -> str:
         """The commit sha of ``revision`` (one request)."""
-        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HfHubHTTPError,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
 
         self.requests += 1
+        msg = f"cache repository '{self.repo_id}' not found on {self.endpoint}, or not accessible"
+        hint = "check --repo / CUSTOM_CACHE_REPO; a private repository needs HF_TOKEN (or `hf auth login`)"
         try:
             info = self._api().model_info(self.repo_id, revision=self.revision, expand=["sha"], timeout=_TIMEOUT_S)
         except (RepositoryNotFoundError, GatedRepoError):
-            msg = f"cache repository '{self.repo_id}' not found on {self.endpoint}, or not accessible"
-            hint = "check --repo / CUSTOM_CACHE_REPO; a private repository needs HF_TOKEN (or `hf auth login`)"
             raise InvalidInputError(msg, hint=hint) from None
+        except HfHubHTTPError as exc:
+            if exc.response is not None and exc.response.status_code in (401, 403):
+                raise InvalidInputError(msg, hint=hint) from None
+            raise
         except RevisionNotFoundError:
             msg = f"revision '{self.revision}' not found in '{self.repo_id}'"
             raise InvalidInputError(msg) from None
@@ -414,7 +424,12 @@ class HubSource:
 
     # -- loading ------------------------------------------------------------------------------------
     def current_listing(self) -> _Listing:
-        """The listing of the current revision: one request when it is already on disk."""
+        """The listing of the current revision: one request when it is already on disk (once per instance)."""
+        if self._listing is None:
+            self._listing = self._current_listing()
+        return self._listing
+
+    def _current_listing(self) -> _Listing:
         if self.offline:
             listing = self._last_listing()
             if listing is None:
@@ -451,7 +466,6 @@ class HubSource:
             return listing
 
     def load(self, query: Query, progress: ProgressSink = NULL_PROGRESS) -> Registry:
-        self._network_note = None
         listing = self.current_listing()
         oids = {path: oid for path, oid, _ in listing.files}
         locations = [loc for loc in (parse_registry_path(p) for p, _, _ in listing.files) if loc is not None]
@@ -525,6 +539,11 @@ class HubSource:
         config, where = local_model_config(model_id, revision)
         if config is not None or self.offline or local_model_dir(model_id) is not None or "/" not in model_id:
             return config, where
+        # Resolve the cache repository first: it fails fast when the Hub is unreachable, where
+        # hf_hub_download would retry for about 20 s before giving up.
+        self.current_listing()
+        if self._from_cache:
+            return None, f"{where}; the Hub is not reachable"
         from huggingface_hub import hf_hub_download
 
         try:
