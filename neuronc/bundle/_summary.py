@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from neuronc.bundle._manifest import Manifest
@@ -31,6 +32,11 @@ def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> di
     for f in manifest.files:
         by_role[f.role] += f.size
     snippet = manifest.extra.get("load_snippet")
+    if isinstance(snippet, str):
+        # Backends store snippets with a placeholder path: show the bundle where it is now.
+        from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER
+
+        snippet = snippet.replace(BUNDLE_PLACEHOLDER, str(Path(bundle_dir).resolve()))
     weights = manifest.weights
     return {
         "bundle": str(bundle_dir),
