@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,13 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_SECONDS = 0.3
 
 
-def _samples(cmd: list[str], runs: int, env: dict[str, str]) -> list[float]:
-    samples = []
+def _samples(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds (user + system) of each run; CPU time is what a busy machine cannot inflate."""
+    walls, cpus = [], []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        samples.append(time.perf_counter() - start)
-    return samples
+        walls.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return walls, cpus
 
 
 def _heavy_imports(cmd: list[str], env: dict[str, str]) -> list[str]:
@@ -72,14 +77,18 @@ def main() -> None:
     for cmd in cases.values():  # warm the page cache and .pyc files
         subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     results = {name: _samples(cmd, args.runs, env) for name, cmd in cases.items()}
-    base = statistics.median(results["python -c pass"])
-    print(f"{'command':<62} {'median s':>9} {'min s':>7} {'max s':>7} {'- python':>9}")
-    for name, samples in results.items():
-        median = statistics.median(samples)
-        print(f"{name:<62} {median:9.3f} {min(samples):7.3f} {max(samples):7.3f} {median - base:+9.3f}")
+    base = statistics.median(results["python -c pass"][0])
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    print(f"{'command':<58} {'wall median':>11} {'min':>6} {'max':>6} {'- python':>9} {'CPU median':>10}")
+    for name, (walls, cpus) in results.items():
+        median = statistics.median(walls)
+        print(
+            f"{name:<58} {median:11.3f} {min(walls):6.3f} {max(walls):6.3f} {median - base:+9.3f}"
+            f" {statistics.median(cpus):10.3f}"
+        )
     heavy = _heavy_imports(compile_cmd, env)
     print(f"heavy modules imported on a hit: {heavy or 'none'}")
-    hit = statistics.median(results[f"neuronc compile {args.profile}  (hit)"])
+    hit = statistics.median(results[f"neuronc compile {args.profile}  (hit)"][0])
     verdict = "PASS" if hit < TARGET_SECONDS and not heavy else "FAIL"
     print(f"target: store hit under {TARGET_SECONDS} s wall, no torch/transformers: {verdict} ({hit:.3f} s)")
 

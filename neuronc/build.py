@@ -456,21 +456,22 @@ def open_store(store: AnyStore | str | os.PathLike[str] | None) -> AnyStore:
     """
     from neuronc.store import Store
 
-    if store is None or isinstance(store, Store | str | os.PathLike):
-        text = "" if store is None or isinstance(store, Store) else os.fspath(store)
-        if isinstance(store, Store):
-            return store
-        if "://" in text and not text.startswith("file://"):
-            from neuronc.remote_store import open_store as open_any
+    if store is not None and not isinstance(store, str | os.PathLike):
+        return store  # already a Store or a RemoteStore
+    text = "" if store is None else os.fspath(store)
+    if "://" in text and not text.startswith("file://"):
+        from neuronc.remote_store import open_store as open_any
 
-            remote: AnyStore = open_any(text)
-            return remote
-        return Store.from_option(text or None)
-    return store
+        remote: AnyStore = open_any(text)
+        return remote
+    return Store.from_option(text or None)
 
 
 def _select(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[BuildSpec]:
-    """Builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them)."""
+    """Builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them).
+
+    Keys are computed from the profile as written (no revision lookup), as `neuronc matrix` does.
+    """
     keys = [k.strip().lower() for k in only if k.strip()]
     short = [k for k in keys if len(k) < 6 or not all(c in "0123456789abcdef" for c in k)]
     if short:
