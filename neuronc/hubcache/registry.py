@@ -16,6 +16,7 @@ the same entry: entries are de-duplicated by (compiler folder, optimum-neuron ve
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -59,6 +60,7 @@ def normalize_target(value: str) -> str:
     return _TARGETS.get(value.strip().lower(), value.strip().lower())
 
 
+@functools.lru_cache(maxsize=1024)
 def version_key(version: str) -> tuple[int, ...]:
     """Sortable key of a version string such as 0.4.5, 0.0.25.dev0 or 2.21.33363.0+82129205."""
     release = version.split("+", 1)[0]
@@ -105,13 +107,13 @@ class RegistryPath:
 
 def parse_registry_path(path: str) -> RegistryPath | None:
     """Parse ``neuronxcc-*/0_REGISTRY/<ver>/.../<hash>.json``; None for anything else."""
-    parts = path.split("/")
-    if len(parts) < 5 or not parts[-1].endswith(".json") or parts[1] != REGISTRY_DIR:
+    if not path.startswith(COMPILER_PREFIX) or not path.endswith(".json"):
         return None
     # Paths come from a server or a directory listing and may be written to disk: plain names only.
-    if any(part in ("", ".", "..") or "\\" in part for part in parts):
+    if "//" in path or "/./" in path or "/../" in path or "\\" in path:
         return None
-    if not parts[0].startswith(COMPILER_PREFIX):
+    parts = path.split("/")
+    if len(parts) < 5 or parts[1] != REGISTRY_DIR:
         return None
     compiler, version, rest = parts[0], parts[2], parts[3:]
     stem = rest[-1][: -len(".json")]
