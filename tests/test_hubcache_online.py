@@ -217,3 +217,16 @@ def test_mirror_copies_only_registry_files_and_feeds_snapshot_lookups(hub: HubDo
     busy.mkdir()
     (busy / "something").write_text("x")
     assert run(hub.endpoint, "cache", "mirror", str(busy)).returncode == 2
+
+
+def test_a_repository_without_registry_is_nothing_cached(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "inference-cache-config").mkdir(parents=True)
+    (empty / "README.md").write_text("nothing compiled yet\n")
+    (empty / "neuronxcc-2.21.33363.0+82129205" / "MODULE_1+d41d8cd9").mkdir(parents=True)
+    (empty / "neuronxcc-2.21.33363.0+82129205" / "MODULE_1+d41d8cd9" / "model.done").write_text("")
+    with HubDouble({REPO: empty}) as double:
+        proc = run(double.endpoint, "cache-lookup", LLAMA)
+        assert proc.returncode == 0, proc.stderr
+        assert "No cached configurations for example-org/tiny-llama." in proc.stdout
+        assert run(double.endpoint, "cache-lookup", LLAMA, "--require-hit").returncode == 6
