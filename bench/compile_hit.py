@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,13 +49,20 @@ def _heavy_imports(cmd: list[str], env: dict[str, str]) -> list[str]:
 
 
 def main() -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="neuronc-bench-hit-"))
+    try:
+        _bench(scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _bench(scratch: Path) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="profiles/tiny-llama-cpu.yaml")
     parser.add_argument("--store", help="store to use (default: a fresh temporary one)")
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
 
-    scratch = Path(tempfile.mkdtemp(prefix="neuronc-bench-hit-"))
     env = dict(os.environ)
     env["NEURONC_STORE"] = args.store or str(scratch / "store")
     env.setdefault("NEURONC_GRAPH_CACHE", str(scratch / "graphs"))
