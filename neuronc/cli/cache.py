@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -13,7 +14,10 @@ from neuronc.cli._options import JsonOpt
 from neuronc.errors import CacheMissError, InvalidInputError
 
 if TYPE_CHECKING:
-    from neuronc.hubcache import BuildLookup, LookupResult, Match, Registry, RegistrySource
+    from neuronc.hubcache import BuildLookup, Filters, LookupResult, Match, Registry, RegistrySource
+    from neuronc.progress import ProgressSink
+
+T = TypeVar("T")
 
 cache_app = typer.Typer(
     no_args_is_help=True,
@@ -118,7 +122,7 @@ def _source(repo: str | None, snapshot: Path | None) -> RegistrySource:
     return HubSource.from_environment(repo)
 
 
-def _progress_and_load(run: Any) -> Any:
+def _with_progress(run: Callable[[ProgressSink], T]) -> T:
     with out.progress() as progress:
         return run(progress)
 
@@ -149,10 +153,10 @@ def _report_registry(registry: Registry | None) -> None:
 # -- model ids --------------------------------------------------------------------------------------
 
 
-def _lookup_model(model: str, source: RegistrySource, filters: Any, task: str, require_hit: bool) -> None:
+def _lookup_model(model: str, source: RegistrySource, filters: Filters, task: str, require_hit: bool) -> None:
     from neuronc.hubcache import lookup_model
 
-    result: LookupResult = _progress_and_load(lambda p: lookup_model(model, source, filters, task=task, progress=p))
+    result: LookupResult = _with_progress(lambda p: lookup_model(model, source, filters, task=task, progress=p))
     _report_registry(result.registry)
     for note in result.context.notes:
         out.info(f"note: {note}")
@@ -228,14 +232,14 @@ def _miss(message: str) -> None:
 # -- profiles ---------------------------------------------------------------------------------------
 
 
-def _lookup_profile(path: Path, source: RegistrySource, constraints: Any, require_hit: bool) -> None:
+def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, require_hit: bool) -> None:
     from neuronc.hubcache import lookup_builds
     from neuronc.profile import load_profile
 
     loaded = load_profile(path)
     for warning in loaded.warnings:
         out.warning(warning)
-    builds, registry = _progress_and_load(lambda p: lookup_builds(loaded.builds, source, constraints, progress=p))
+    builds, registry = _with_progress(lambda p: lookup_builds(loaded.builds, source, constraints, progress=p))
     _report_registry(registry)
     misses = [b for b in builds if b.status == "miss"]
     data = {
@@ -297,13 +301,12 @@ def cache_mirror_command(
 ) -> None:
     """Download only the registry folders of a cache repository, for `cache-lookup --snapshot`."""
     from neuronc.hubcache import HubSource
-    from neuronc.hubcache.sources import mirror_registry
 
     out.configure(json_mode=json_out)
     source = HubSource.from_environment(repo)
-    result = _progress_and_load(
-        lambda p: mirror_registry(
-            source, directory, compiler_version=compiler_version, optimum_version=optimum_neuron_version, progress=p
+    result = _with_progress(
+        lambda p: source.mirror(
+            directory, compiler_version=compiler_version, optimum_version=optimum_neuron_version, progress=p
         )
     )
 

@@ -556,6 +556,78 @@ class HubSource:
             return None, f"config.json of '{model_id}' is not a JSON object"
         return data, "downloaded from the Hub"
 
+    def mirror(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        compiler_version: str | None = None,
+        optimum_version: str | None = None,
+        progress: ProgressSink = NULL_PROGRESS,
+    ) -> dict[str, Any]:
+        """Copy the registry files (optionally of one compiler / optimum-neuron version) to a directory.
+
+        The copy keeps the repository's paths, so ``SnapshotSource(directory)`` reads it. Only
+        ``neuronxcc-*/0_REGISTRY/**.json`` files are fetched (a few kB each), never compiled artifacts.
+        ``.neuronc-mirror.json`` (repo, revision, time) is written last; re-running updates the copy.
+        """
+        from neuronc.hubcache.registry import version_matches
+
+        root = Path(directory).expanduser()
+        meta_path = root / MIRROR_METADATA
+        if root.exists() and not root.is_dir():
+            raise InvalidInputError(f"{directory}: not a directory")
+        if root.is_dir() and any(root.iterdir()) and not meta_path.is_file():
+            msg = f"{directory}: not empty and not a neuronc mirror"
+            raise InvalidInputError(msg, hint="choose an empty or new directory")
+        listing = self.current_listing()
+        files = []
+        for path, oid, size in listing.files:
+            loc = parse_registry_path(path)
+            if loc is None:
+                continue
+            if compiler_version and not version_matches(loc.compiler_version, compiler_version):
+                continue
+            if optimum_version and not version_matches(loc.optimum_version, optimum_version):
+                continue
+            files.append((loc.path, oid, size))
+        missing = {oid: path for path, oid, _ in files if not self._blob_path(oid).is_file()}
+        if missing and self._from_cache:
+            msg = f"{len(missing)} registry files of '{self.repo_id}' are not in the local copy, and offline"
+            raise CacheMissError(msg, hint="mirror on a connected machine (HF_HUB_OFFLINE unset)")
+        if missing:
+            failed = self._download(missing, progress)
+            if failed:
+                msg = f"{len(failed)} of {len(missing)} registry files of '{self.repo_id}' could not be downloaded"
+                raise CacheMissError(msg, hint="re-run the mirror; files already downloaded are kept")
+        previous = _read_json(meta_path) or {}
+        wanted = {path for path, _, _ in files}
+        for stale in previous.get("paths", []):
+            if isinstance(stale, str) and stale not in wanted and parse_registry_path(stale) is not None:
+                try:
+                    (root / stale).unlink()
+                except OSError:
+                    pass
+        total = 0
+        for path, oid, _ in files:
+            data = self._blob_path(oid).read_bytes()
+            total += len(data)
+            target = root / path
+            if not (target.is_file() and target.read_bytes() == data):
+                _write_atomic(target, data)
+        result = {
+            "repo": self.repo_id,
+            "endpoint": self.endpoint,
+            "revision": listing.revision,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "compiler_version": compiler_version,
+            "optimum_neuron_version": optimum_version,
+            "files": len(files),
+            "bytes": total,
+            "directory": str(root),
+        }
+        _write_atomic(meta_path, json.dumps({**result, "paths": sorted(wanted)}, indent=2).encode() + b"\n")
+        return result
+
 
 def _catching(
     fetch: Callable[[tuple[str, str]], tuple[str, bytes | None]],
@@ -609,81 +681,3 @@ def _is_network_error(exc: BaseException) -> bool:
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return exc.response.status_code >= 500 or exc.response.status_code == 429
     return False
-
-
-# --------------------------------------------------------------------------------------------------
-# Mirroring the registry folders
-# --------------------------------------------------------------------------------------------------
-
-
-def mirror_registry(
-    source: HubSource,
-    directory: str | os.PathLike[str],
-    *,
-    compiler_version: str | None = None,
-    optimum_version: str | None = None,
-    progress: ProgressSink = NULL_PROGRESS,
-) -> dict[str, Any]:
-    """Copy the registry files of a repository (optionally of one compiler/optimum-neuron version) to a directory.
-
-    The copy keeps the repository's paths, so ``SnapshotSource(directory)`` reads it. Only
-    ``neuronxcc-*/0_REGISTRY/**.json`` files are fetched (a few kB each), never compiled artifacts.
-    ``.neuronc-mirror.json`` (repo, revision, time) is written last; re-running updates the copy.
-    """
-    from neuronc.hubcache.registry import version_matches
-
-    root = Path(directory).expanduser()
-    meta_path = root / MIRROR_METADATA
-    if root.exists() and not root.is_dir():
-        raise InvalidInputError(f"{directory}: not a directory")
-    if root.is_dir() and any(root.iterdir()) and not meta_path.is_file():
-        msg = f"{directory}: not empty and not a neuronc mirror"
-        raise InvalidInputError(msg, hint="choose an empty or new directory")
-    listing = source.current_listing()
-    files = []
-    for path, oid, size in listing.files:
-        loc = parse_registry_path(path)
-        if loc is None:
-            continue
-        if compiler_version and not version_matches(loc.compiler_version, compiler_version):
-            continue
-        if optimum_version and not version_matches(loc.optimum_version, optimum_version):
-            continue
-        files.append((loc.path, oid, size))
-    missing = {oid: path for path, oid, _ in files if not source._blob_path(oid).is_file()}
-    if missing and source._from_cache:
-        msg = f"{len(missing)} registry files of '{source.repo_id}' are not in the local copy, and offline"
-        raise CacheMissError(msg, hint="mirror on a connected machine (HF_HUB_OFFLINE unset)")
-    if missing:
-        failed = source._download(missing, progress)
-        if failed:
-            msg = f"{len(failed)} of {len(missing)} registry files of '{source.repo_id}' could not be downloaded"
-            raise CacheMissError(msg, hint="re-run the mirror; files already downloaded are kept")
-    previous = _read_json(meta_path) or {}
-    wanted = {path for path, _, _ in files}
-    for stale in previous.get("paths", []):
-        if isinstance(stale, str) and stale not in wanted and parse_registry_path(stale) is not None:
-            try:
-                (root / stale).unlink()
-            except OSError:
-                pass
-    total = 0
-    for path, oid, _ in files:
-        data = source._blob_path(oid).read_bytes()
-        total += len(data)
-        target = root / path
-        if not (target.is_file() and target.read_bytes() == data):
-            _write_atomic(target, data)
-    result = {
-        "repo": source.repo_id,
-        "endpoint": source.endpoint,
-        "revision": listing.revision,
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "compiler_version": compiler_version,
-        "optimum_neuron_version": optimum_version,
-        "files": len(files),
-        "bytes": total,
-        "directory": str(root),
-    }
-    _write_atomic(meta_path, json.dumps({**result, "paths": sorted(wanted)}, indent=2).encode() + b"\n")
-    return result
