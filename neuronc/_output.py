@@ -134,26 +134,35 @@ class Output:
         if not self.stderr.is_terminal:
             yield _LineSink(self)
             return
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            SpinnerColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TransferSpeedColumn,
-        )
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         columns = (
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
+            _amount_column(),
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=self.stderr, transient=False) as bars:
             yield _RichSink(bars)
+
+
+def _amount_column() -> Any:
+    """Sizes and throughput for byte tasks, "done/total" for counted ones, nothing for open-ended ones."""
+    from rich.filesize import decimal
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class AmountColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            if task.total is None:
+                return Text("")
+            if task.fields.get("unit") == "bytes":
+                speed = f" {decimal(int(task.speed))}/s" if task.speed else ""
+                return Text(f"{decimal(int(task.completed))}/{decimal(int(task.total))}{speed}")
+            return Text(f"{int(task.completed)}/{int(task.total)}")
+
+    return AmountColumn()
 
 
 def _escape(text: str) -> str:
@@ -191,7 +200,7 @@ class _RichSink:
         self._bars = bars
 
     def task(self, description: str, total: float | None = None, unit: str = "") -> ProgressTask:
-        task_id = self._bars.add_task(description, total=total)
+        task_id = self._bars.add_task(description, total=total, unit=unit)
         return _RichTask(self._bars, task_id, unit)
 
 
