@@ -183,6 +183,19 @@ def default_cache_dir(url: str) -> Path:
     return base / digest
 
 
+# Client libraries raise their own exception types (botocore's NoCredentialsError is not an
+# OSError); treat those as storage errors too, so they get a message and exit 5, not a traceback.
+_STORAGE_ERROR_MODULES = frozenset(
+    {"botocore", "aiobotocore", "s3fs", "fsspec", "aiohttp", "huggingface_hub", "requests"}
+)
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    if isinstance(exc, OSError | ValueError | RuntimeError):
+        return True
+    return any(cls.__module__.split(".")[0] in _STORAGE_ERROR_MODULES for cls in type(exc).__mro__)
+
+
 def open_store(location: Any = None, *, cache_dir: str | os.PathLike[str] | None = None) -> Any:
     """A local ``Store`` for a path (or None: the default store), a ``RemoteStore`` for s3:// and hf://."""
     if isinstance(location, Store | RemoteStore):
@@ -356,7 +369,9 @@ class RemoteStore:
             yield
         except NeuroncError:
             raise
-        except (OSError, ValueError, RuntimeError) as exc:
+        except Exception as exc:
+            if not _is_storage_error(exc):
+                raise
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             msg = f"{self.url.url}: {what} failed: {text}"
             raise RemoteStoreError(msg, hint=_access_hint(self.url)) from exc
