@@ -264,6 +264,8 @@ def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, re
 
 
 def _render_build(build: BuildLookup) -> None:
+    from rich.markup import escape
+
     w = build.wanted
     spec = build.spec
     label = f"build {spec.build_index}" + (f" ({spec.name})" if spec.name else "")
@@ -271,19 +273,20 @@ def _render_build(build: BuildLookup) -> None:
         label += " [" + ", ".join(f"{k}={v}" for k, v in spec.matrix_values.items()) + "]"
     shape = f"bs {w['batch_size']}, seq {w['sequence_length']}, tp {w['tp_degree']}, {w['dtype']}, {w['target']}"
     status = {"hit": "HIT", "miss": "MISS", "not-applicable": "n/a"}[build.status]
-    out.print(f"{status}  {label}: {spec.model.id}: {shape}")
+    lines = [f"{status}  {label}: {spec.model.id}: {shape}"]
     for match in build.hits[:3]:
         e = match.entry
-        who = "" if match.relation == "model" else f" (from {e.model_id})"
-        out.print(f"      cached: compiler {e.compiler_version}, optimum-neuron {e.optimum_version}{who}")
+        who = "" if match.relation == "model" else f", written for {e.model_id}"
+        lines.append(f"      cached: neuronx-cc {e.compiler_version}, optimum-neuron {e.optimum_version}{who}")
     if len(build.hits) > 3:
-        out.print(f"      ... and {len(build.hits) - 3} more")
+        lines.append(f"      ... and {len(build.hits) - 3} more")
     for near in build.nearest:
         e = near.match.entry
         diffs = ", ".join(f"{d.field} {d.entry} (want {d.wanted})" for d in near.differences)
-        out.print(f"      nearest: {diffs}  [optimum-neuron {e.optimum_version}, {e.model_id}]")
-    for note in build.notes:
-        out.print(f"      note: {note}")
+        lines.append(f"      nearest: {diffs}; optimum-neuron {e.optimum_version}, {e.model_id}")
+    lines.extend(f"      note: {note}" for note in build.notes)
+    for line in lines:
+        out.print(escape(line))
 
 
 # -- mirror -----------------------------------------------------------------------------------------

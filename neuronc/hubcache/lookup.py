@@ -596,6 +596,15 @@ def _lookup_one(
             scored.append((_distance(diffs, match), Nearest(match, tuple(diffs))))
     hits.sort(key=_sort_key)
     scored.sort(key=lambda item: item[0])
+    nearest: list[Nearest] = []
+    seen: set[tuple[Any, ...]] = set()
+    for _, near in scored if not hits else ():
+        # Entries that differ in the same way and come from the same release say the same thing.
+        e = near.match.entry
+        key = (near.differences, e.optimum_version, e.compiler_version, e.model_id)
+        if key not in seen:
+            seen.add(key)
+            nearest.append(near)
     notes = list(context.notes)
     if spec.backend != "optimum-neuron":
         notes.append(
@@ -605,7 +614,7 @@ def _lookup_one(
     if not matches:
         notes.append("nothing cached for this model or its architecture")
     status = "hit" if hits else "miss"
-    return BuildLookup(spec, status, dict(wanted), hits, [n for _, n in scored[:nearest_count]], notes)
+    return BuildLookup(spec, status, dict(wanted), hits, nearest[:nearest_count], notes)
 
 
 def _differences(match: Match, wanted: Mapping[str, Any], constraints: Filters) -> list[FieldDiff]:
