@@ -373,7 +373,8 @@ class HubSource:
                 tree = api.list_repo_tree(
                     self.repo_id, path_in_repo=f"{compiler}/{REGISTRY_DIR}", revision=sha, recursive=True
                 )
-                return [(f.path, f.blob_id, f.size) for f in tree if isinstance(f, RepoFile)]
+                # An LFS file's content is named by its sha256, a plain git file's by its blob id.
+                return [(f.path, f.lfs.sha256 if f.lfs else f.blob_id, f.size) for f in tree if isinstance(f, RepoFile)]
             except EntryNotFoundError:
                 return []
             except HfHubHTTPError as exc:
@@ -527,7 +528,7 @@ class HubSource:
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             for oid, data in pool.map(_catching(fetch), blobs.items()):
                 task.advance()
-                if data is None or _git_blob_id(data) != oid:
+                if data is None or _content_id(data, oid) != oid:
                     failed.add(oid)
                     continue
                 _write_atomic(self._blob_path(oid), data)
@@ -641,7 +642,10 @@ def _catching(
     return run
 
 
-def _git_blob_id(data: bytes) -> str:
+def _content_id(data: bytes, like: str) -> str:
+    """The id the listing gives for ``data``: sha256 for LFS files (64 hex), else the git blob id."""
+    if len(like) == 64:
+        return hashlib.sha256(data).hexdigest()
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
