@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -73,18 +74,25 @@ def _hashes(data: dict[str, Any]) -> list[str]:
 
 def test_first_lookup_lists_and_downloads_then_a_repeat_costs_one_request(hub: HubDouble) -> None:
     first = run_json(hub.endpoint, "cache-lookup", LLAMA)
-    seen = kinds(hub.reset_requests())
+    requests = hub.reset_requests()
+    seen = kinds(requests)
     assert seen["info"] == 1
     # Root listing + one scoped listing per compiler folder, several pages each (page_size=40).
     assert seen["tree"] > 6
-    read = first["stats"]["entries_read"]
-    assert seen["resolve"] == read + 2  # each entry once (aliases share a blob), + HEAD/GET config.json
+    for _, path in iter_requests(requests, "tree"):
+        listed = unquote(path.split("?")[0])
+        assert listed.endswith("/0_REGISTRY") or listed.endswith("/tree/" + first["source"]["revision"]), listed
+    # Each entry downloaded once (an alias shares its primary file's blob), then config.json of the model.
+    registry_downloads = [p for _, p in iter_requests(requests, "resolve") if p.startswith(f"/{REPO}/")]
+    assert len(registry_downloads) == first["stats"]["entries_read"]
+    assert any(p.startswith(f"/{LLAMA}/resolve/") for _, p in requests)
     assert first["source"]["kind"] == "hub" and first["source"]["revision"] == hub.repos[REPO].sha
     assert first["digest_method"] == "emulated"
     assert {e["relation"] for e in first["entries"]} == {"model", "architecture"}
 
     second = run_json(hub.endpoint, "cache-lookup", LLAMA)
-    assert hub.reset_requests() == [("GET", f"/api/models/{REPO}/revision/main?expand=sha")]
+    (only,) = hub.reset_requests()
+    assert only[1].startswith(f"/api/models/{REPO}")  # model_info: the revision, nothing else
     assert second["entries"] == first["entries"]
 
     # The same answer from the snapshot the Hub served (config.json now in the local HF cache).
