@@ -347,3 +347,17 @@ def test_bind_constants_reports_every_missing_or_wrong_constant() -> None:
     second = bind_constants("g2", sorted(meta["constants"]), meta, weights, owned, shared)
     assert all(first[k] is second[k] for k in first)
     assert first["model.a"].dtype == torch.float32
+
+
+def test_stale_graph_cache_scratch_is_swept(tmp_path: Path) -> None:
+    import os
+
+    from neuronc.backends.inductor import _sweep_tmp
+
+    old, fresh = tmp_path / "old-build", tmp_path / "live-build"
+    old.mkdir()
+    fresh.mkdir()
+    (old / "cte.pt2").write_bytes(b"partial")
+    os.utime(old, (0, 0))
+    _sweep_tmp(tmp_path)
+    assert not old.exists() and fresh.exists()

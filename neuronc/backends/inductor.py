@@ -317,6 +317,8 @@ class InductorBackend(BackendBase):
             pending.append(_Pending(graph, key, out_dir, out_dir / f"{graph.name}.log"))
 
         if pending:
+            if cache_root is not None:
+                _sweep_tmp(cache_root / "tmp")
             built = self._build_all(job, pending, model_config, inductor_config, max_length, cache_root)
             for item in pending:
                 meta, seconds, entry = built[item.graph]
@@ -560,6 +562,21 @@ def _install(entry: Path, name: str, job: CompileJob, *, cache_hit: bool, key: s
         header = f"# neuronc inductor: graph {name} reused from the graph cache ({entry}), key {key}\n"
         body = cached_log.read_text(encoding="utf-8", errors="replace") if cached_log.is_file() else ""
         log.write_text(header + body, encoding="utf-8")
+
+
+def _sweep_tmp(tmp: Path, max_age_seconds: float = 24 * 3600) -> None:
+    """Remove what killed builds left in the cache's tmp/ (a day old: no live build is that slow)."""
+    try:
+        entries = list(tmp.iterdir())
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        try:
+            if now - entry.stat().st_mtime > max_age_seconds:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass
 
 
 def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
