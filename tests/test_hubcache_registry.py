@@ -155,7 +155,7 @@ def test_broken_entries_are_skipped_and_counted(tmp_path: Path) -> None:
         "aaaaaaaaaaaaaaaaaaa5": variant({"torch_dtype": 16}),
         "aaaaaaaaaaaaaaaaaaa6": variant({}, drop=("batch_size",)),
         "aaaaaaaaaaaaaaaaaaa7": json.dumps({k: v for k, v in good.items() if k != "neuron"}).encode(),
-        "aaaaaaaaaaaaaaaaaaa8": b"{\"a\": \"\x80\x81\"}",
+        "aaaaaaaaaaaaaaaaaaa8": b'{"a": "\x80\x81"}',
         "aaaaaaaaaaaaaaaaaaa9": json.dumps({**good, "neuron": [1]}).encode(),
     }
     for name, data in broken.items():
