@@ -41,9 +41,10 @@ INDEX_VERSION = 1
 # overhead vanishes, small enough to be noise next to the 300 MB budget.
 CHUNK_BYTES = 32 * 1024 * 1024
 
-# Threads that gather, cast, hash and write rank data; a few keep two or more cores busy, more only
-# add memory (each holds at most one rank's share of a window).
-WORKERS = min(4, os.cpu_count() or 1)
+# Threads that gather, cast, hash and write rank data. SHA-256 is the largest CPU cost and each
+# rank file is hashed in order, so up to one thread per rank helps on hosts with the cores; the
+# rank jobs of one window together hold at most about one window of memory.
+WORKERS = min(8, os.cpu_count() or 1)
 
 
 def shard_name(rank: int, tp: int) -> str:
