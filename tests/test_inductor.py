@@ -361,3 +361,17 @@ def test_stale_graph_cache_scratch_is_swept(tmp_path: Path) -> None:
     os.utime(old, (0, 0))
     _sweep_tmp(tmp_path)
     assert not old.exists() and fresh.exists()
+
+
+def test_tied_embeddings_are_one_constant_with_both_checkpoint_names(tmp_path: Path) -> None:
+    import torch
+
+    from neuronc.backends import _inductor_graphs as graphs
+
+    _, directory = _hf_model("qwen2", tmp_path)
+    model = graphs.build_model(graphs.load_config(directory), torch.float32)
+    sources = graphs.constant_sources(graphs.wrapper_for(model, ROLE_TOKEN, 64))
+    assert sources["model.lm_head.weight"]["keys"] == ["lm_head.weight", "model.embed_tokens.weight"]
+    assert not sources["model.lm_head.weight"]["graph_owned"]
+    owned = [name for name, info in sources.items() if info["graph_owned"]]
+    assert owned == ["model.model.rotary_emb.inv_freq"]

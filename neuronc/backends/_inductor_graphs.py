@@ -71,6 +71,8 @@ def build_model(config: Any, dtype: Any) -> Any:
             model = _AUTO_MODEL.from_config(config, dtype=dtype, attn_implementation="sdpa")
     finally:
         torch.set_default_dtype(previous)
+    # no_init_weights also skips tying: tie explicitly, so tied checkpoints (one stored copy) bind.
+    model.tie_weights()
     model.eval()
     model.requires_grad_(False)
     return model

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 # Bump when the wrappers, the graph calling convention or the artifact layout change: it is part of
 # every graph cache key and of artifacts/inductor.json.
-GRAPH_FORMAT = 1
+GRAPH_FORMAT = 2
 INDEX_NAME = "inductor.json"
 GRAPH_CACHE_ENV = "NEURONC_GRAPH_CACHE"
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -456,9 +456,10 @@ def _read_model_config(checkpoint_dir: Path) -> dict[str, Any]:
 
 def _worker_env(job: CompileJob, cache_root: Path | None) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(job.env)
     inductor_cache = cache_root / "torchinductor" if cache_root is not None else job.work_dir / "torchinductor"
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(inductor_cache))
+    # Not setdefault: torch writes its default into os.environ once Inductor runs in this process.
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor_cache)
+    env.update(job.env)
     # One graph per process and several processes in parallel: keep each process single-threaded.
     env["OMP_NUM_THREADS"] = "1"
     env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
