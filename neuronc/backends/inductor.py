@@ -245,6 +245,8 @@ class InductorBackend(BackendBase):
     def toolchain_versions(self) -> dict[str, str | None]:
         versions = super().toolchain_versions()
         versions["cpu_isa"] = cpu_isa()
+        # The calling convention of the compiled graphs: a bundle of another format cannot run here.
+        versions["inductor_graph_format"] = str(GRAPH_FORMAT)
         return versions
 
     # -- plan ------------------------------------------------------------------------------------
