@@ -30,7 +30,7 @@ from neuronc.checkpoint._safetensors import DTYPE_SIZES
 from neuronc.checkpoint.partition import Partition, RankSlice, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from neuronc.checkpoint.writer import ShardWriter, WrittenFile, fsync_dir
-from neuronc.errors import InvalidInputError
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
 
 INDEX_FILE = "index.json"
@@ -143,6 +143,11 @@ def split_checkpoint(
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise InvalidInputError(f"tp must be a positive integer, got {tp!r}")
     target = dtype_code(dtype)
+    try:
+        import numpy  # noqa: F401  (gathers and casts need it; say so before any work starts)
+    except ImportError:
+        msg = "neuronc split needs numpy, which is not installed"
+        raise EnvironmentIncompatibleError(msg, hint="pip install numpy (or 'neuronc[cpu]')") from None
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         msg = f"{out_dir}: already exists and is not an empty directory"
         raise InvalidInputError(msg, hint="remove it or choose another --out")
