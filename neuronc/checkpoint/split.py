@@ -137,6 +137,7 @@ def split_checkpoint(
     Raises:
         CheckpointError: the checkpoint is missing, broken, or has tensors no rule covers.
         InvalidInputError: bad tp or dtype, an unsupported architecture, or a non-empty out_dir.
+        EnvironmentIncompatibleError: numpy (or, for .bin checkpoints, torch) is not installed.
     """
     started = time.perf_counter()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
