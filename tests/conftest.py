@@ -35,3 +35,16 @@ def runner() -> CliRunner:
 @pytest.fixture
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _restore_backend_registry() -> Iterator[None]:
+    """Test plugin backends registered by one test never leak into the next."""
+    from neuronc.backends import _entry_points, get_backend
+
+    before = dict(_entry_points())
+    yield
+    registry = _entry_points()
+    registry.clear()
+    registry.update(before)
+    get_backend.cache_clear()
