@@ -150,3 +150,37 @@ def test_run_gives_exactly_the_hugging_face_greedy_tokens(demo: Demo) -> None:
         )
     expected = [int(t) for t in generated[0, ids.shape[1] :]]
     assert ran["tokens"] == expected
+
+
+def test_verify_accuracy_passes_through_the_cli(demo: Demo, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The quick brown fox\nOnce upon a time, in a land far away, there lived\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "neuronc", "verify", str(demo.bundle), "--accuracy", "--prompts", str(prompts), "--json"],
+        capture_output=True,
+        text=True,
+        env=demo.env(),
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["ok"] is True
+    accuracy = data["accuracy"]
+    assert accuracy["passed"] is True
+    assert [p["prompt"] for p in accuracy["prompts"]] == prompts.read_text().splitlines()
+    assert all(p["tokens_match"] for p in accuracy["prompts"])
+    assert accuracy["max_abs_diff"] < 1e-3
+
+
+def test_verify_accuracy_options_need_accuracy(demo: Demo) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "neuronc", "verify", str(demo.bundle), "--tol", "0.1"],
+        capture_output=True,
+        text=True,
+        env=demo.env(),
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "--prompts and --tol apply to --accuracy" in result.stderr

@@ -15,7 +15,7 @@ import typer
 from neuronc._output import out
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
-from neuronc.errors import EnvironmentIncompatibleError, NeuroncError
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
 JobsOpt = Annotated[
@@ -58,6 +58,22 @@ def inspect_command(
 def verify_command(
     bundle: BundleArg,
     against_env: AgainstEnvOpt = False,
+    accuracy: Annotated[
+        bool,
+        typer.Option(
+            "--accuracy",
+            help="Also run the bundle and the Hugging Face eager model on the same prompts and compare tokens "
+            "and per-step logits (exit 4 on divergence). Needs the bundle's runtime (the cpu extra for inductor).",
+        ),
+    ] = False,
+    prompts: Annotated[
+        Path | None,
+        typer.Option("--prompts", help="Prompts for --accuracy: a text file, one prompt per line."),
+    ] = None,
+    tol: Annotated[
+        float | None,
+        typer.Option("--tol", min=0.0, help="Max |Δlogit| allowed by --accuracy (default 1e-3 fp32, 0.1 bf16)."),
+    ] = None,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -65,9 +81,16 @@ def verify_command(
     from neuronc.bundle import read_manifest
 
     out.configure(json_mode=json_out)
+    if (prompts is not None or tol is not None) and not accuracy:
+        raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
     manifest = read_manifest(bundle)
     data: dict[str, Any] = {"bundle": str(bundle), "config_hash": manifest.config_hash, "ok": False}
-    failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs)
+    extra: dict[str, VerifyCheck] | None = None
+    if accuracy:
+        from neuronc.accuracy import accuracy_check
+
+        extra = {"accuracy": accuracy_check(prompts, tol)}  # reads the prompts file now: exit 2 if bad
+    failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
 
@@ -113,6 +136,9 @@ def _run_checks(
             data[name] = check(bundle, manifest)
         except NeuroncError as exc:
             failures.append(exc)
+            carried = getattr(exc, "report", None)  # a failed check may still carry its full report
+            if isinstance(carried, dict):
+                data[name] = carried
     return failures[0] if failures else None
 
 
@@ -252,6 +278,15 @@ def _render_verify(d: dict[str, Any]) -> None:
         )
     if "environment" in d and "totals" not in d:
         _render_environment(d["environment"])
+    accuracy = d.get("accuracy")
+    if isinstance(accuracy, dict) and "prompts" in accuracy:
+        status = "ok" if accuracy["passed"] else "FAILED"
+        out.print(
+            f"accuracy   {status}: {len(accuracy['prompts'])} prompt(s), {accuracy['max_new_tokens']} tokens each, "
+            f"max |Δlogit| {accuracy['max_abs_diff']:.2e} (tol {accuracy['tol']:.0e}, {accuracy['dtype']})"
+        )
+    elif isinstance(accuracy, dict) and "skipped" in accuracy:
+        out.print(f"accuracy   skipped: {accuracy['skipped']}")
 
 
 def _render_environment(env: dict[str, Any]) -> None:
