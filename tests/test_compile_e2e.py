@@ -156,7 +156,17 @@ def test_verify_accuracy_passes_through_the_cli(demo: Demo, tmp_path: Path) -> N
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The quick brown fox\nOnce upon a time, in a land far away, there lived\n")
     result = subprocess.run(
-        [sys.executable, "-m", "neuronc", "verify", str(demo.bundle), "--accuracy", "--prompts", str(prompts), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "neuronc",
+            "verify",
+            str(demo.bundle),
+            "--accuracy",
+            "--prompts",
+            str(prompts),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         env=demo.env(),
