@@ -40,6 +40,7 @@ from neuronc.errors import (
     InvalidInputError,
     NeuroncError,
 )
+from neuronc.locations import MODEL_FILES, local_model_dir
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
@@ -72,24 +73,6 @@ _SEVERITY = (
     EXIT_OK,
 )
 
-# Files copied from the checkpoint into the bundle's model/ directory (configs and tokenizers;
-# never weights, never code).
-_MODEL_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "spiece.model",
-    "chat_template.json",
-    "chat_template.jinja",
-    "preprocessor_config.json",
-)
 _MODEL_FILE_PATTERNS = ("tokenizer*", "*.tiktoken")
 # What a hub download fetches: safetensors weights, configs and tokenizers (no .bin/.pt/.onnx copies).
 _HUB_PATTERNS = ["*.safetensors", "*.safetensors.index.json", "*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
@@ -802,7 +785,6 @@ def resolve_revision(spec: BuildSpec) -> str | None:
     Hugging Face cache's refs. The commit goes into the config hash, so "main" today and "main"
     next month are different builds when the model changed.
     """
-    from neuronc.profile import local_model_dir
 
     base_dir = Path(spec.profile_path).parent if spec.profile_path else None
     if local_model_dir(spec.model.id, base_dir) is not None:
@@ -851,7 +833,6 @@ def resolve_checkpoint(spec: BuildSpec, revision: str | None) -> tuple[Path, dic
     cache) at the resolved commit. The record names every weight and config file with its size and
     SHA-256.
     """
-    from neuronc.profile import local_model_dir
 
     base_dir = Path(spec.profile_path).parent if spec.profile_path else None
     directory = local_model_dir(spec.model.id, base_dir)
@@ -940,7 +921,7 @@ def _split(
 def model_files(model_dir: Path) -> list[Path]:
     """The config, generation config and tokenizer files a bundle carries from its checkpoint."""
     found: dict[str, Path] = {}
-    for name in _MODEL_FILES:
+    for name in MODEL_FILES:
         if (model_dir / name).is_file():
             found[name] = model_dir / name
     for pattern in _MODEL_FILE_PATTERNS:
@@ -968,8 +949,9 @@ def _add_profile(spec: BuildSpec, writer: Any) -> None:
 
 def failed_logs_root() -> Path:
     """Where logs of failed builds are kept after their staging directory is removed."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "neuronc" / "failed-builds"
+    from neuronc.locations import user_cache_dir
+
+    return user_cache_dir() / "failed-builds"
 
 
 def _keep_logs(exc: CompileError, staging: Path, config: ConfigKey) -> None:

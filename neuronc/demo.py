@@ -201,7 +201,7 @@ def _safetensors_bytes(tensors: dict[str, tuple[list[int], array[float]]]) -> by
 
 
 def _tokenizer_json() -> bytes:
-    from tokenizers import (  # type: ignore[import-untyped]
+    from tokenizers import (  # type: ignore[import-untyped, unused-ignore]
         Tokenizer,
         decoders,
         models,

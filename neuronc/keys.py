@@ -65,7 +65,7 @@ def model_identity(
     spec: BuildSpec, *, resolved_revision: str | None = None, base_dir: Path | None = None
 ) -> dict[str, Any]:
     """Hub id + revision, or for a local directory a fingerprint of config.json and checkpoint headers."""
-    from neuronc.profile import local_model_dir
+    from neuronc.locations import local_model_dir
 
     directory = local_model_dir(spec.model.id, base_dir)
     if directory is not None:

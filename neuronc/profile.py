@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from neuronc.errors import ProfileError
+from neuronc.locations import local_model_dir
 
 MAX_PROFILE_BYTES = 256 * 1024
 # YAML aliases can make a tiny file expand exponentially ("billion laughs"); cap the node count.
@@ -709,17 +710,6 @@ def _resolve_buckets(
 
 def _is_local(model_id: str, base_dir: Path | None) -> bool:
     return local_model_dir(model_id, base_dir) is not None
-
-
-def local_model_dir(model_id: str, base_dir: Path | None = None) -> Path | None:
-    """Resolve ``model.id`` to a local directory if it is one (relative to the profile, then cwd)."""
-    candidates = [Path(model_id).expanduser()]
-    if base_dir is not None and not Path(model_id).is_absolute():
-        candidates.insert(0, base_dir / model_id)
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    return None
 
 
 def read_local_model_config(model_id: str, revision: str | None, base_dir: Path | None) -> dict[str, Any] | None:

@@ -177,8 +177,9 @@ def default_cache_dir(url: str) -> Path:
     if env:
         base = Path(env).expanduser()
     else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "neuronc" / "remote"
+        from neuronc.locations import user_cache_dir
+
+        base = user_cache_dir() / "remote"
     digest = hashlib.sha256(url.encode("utf-8")).hexdigest()[:16]
     return base / digest
 

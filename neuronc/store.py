@@ -37,13 +37,13 @@ _HEX = re.compile(r"^[0-9a-f]+$")
 
 
 def default_store_path() -> Path:
-    """$NEURONC_STORE, else $XDG_CACHE_HOME/neuronc/bundles, else ~/.cache/neuronc/bundles."""
+    """$NEURONC_STORE, else bundles/ in the user cache directory (see neuronc.locations)."""
     env = os.environ.get(STORE_ENV)
     if env:
         return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "neuronc" / "bundles"
+    from neuronc.locations import user_cache_dir
+
+    return user_cache_dir() / "bundles"
 
 
 def model_slug(model_id: str | None) -> str:

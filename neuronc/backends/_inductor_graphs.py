@@ -62,7 +62,10 @@ def build_model(config: Any, dtype: Any) -> Any:
     Non-persistent buffers (rotary ``inv_freq``) are computed in the modules' constructors, so they
     are real values; they are the only constants a graph owns (see ``graph_owned_constants``).
     """
-    from transformers.modeling_utils import no_init_weights
+    try:  # transformers 5 moved it
+        from transformers.initialization import no_init_weights  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:  # transformers 4.57.x (the Neuron SDK's pin)
+        from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined, unused-ignore]
 
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

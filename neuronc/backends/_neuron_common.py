@@ -35,6 +35,7 @@ from neuronc.backends.base import (
     module_present,
 )
 from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError
+from neuronc.locations import MODEL_FILES, local_model_dir
 
 if TYPE_CHECKING:
     from neuronc.profile import BuildSpec
@@ -81,22 +82,6 @@ _LOGGED_ENV = frozenset({"BASE_COMPILE_WORK_DIR", "TMPDIR", "PYTHONPATH"})
 # Where a load snippet stored in a manifest says the bundle is; `inspect` shows it as written.
 BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
 _TAIL_LINES = 30
-
-# Files that let a serving stack tokenize for the compiled model without the original checkpoint.
-TOKENIZER_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "chat_template.json",
-    "chat_template.jinja",
-)
 
 
 def neuron_device_present(proc_devices: Path = Path("/proc/devices"), dev: Path = Path("/dev")) -> bool:
@@ -216,7 +201,7 @@ def copy_checkpoint(checkpoint_dir: Path, dest: Path, *, with_config: bool = Tru
 def copy_tokenizer_files(checkpoint_dir: Path, dest: Path) -> list[str]:
     """Copy config, generation config and tokenizer files that exist in the checkpoint into ``dest``."""
     names = []
-    for name in TOKENIZER_FILES:
+    for name in MODEL_FILES:
         src = checkpoint_dir / name
         if src.is_file() and not (dest / name).exists():
             dest.mkdir(parents=True, exist_ok=True)
@@ -260,7 +245,6 @@ def hub_revision_of(checkpoint_dir: Path, spec: BuildSpec) -> str | None:
 
 def is_hub_id(spec: BuildSpec) -> bool:
     """Whether the profile names a Hub repository rather than a local directory."""
-    from neuronc.profile import local_model_dir
 
     base = Path(spec.profile_path).parent if spec.profile_path else None
     return local_model_dir(spec.model.id, base) is None

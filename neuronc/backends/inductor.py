@@ -108,9 +108,9 @@ def graph_cache_dir(env: Mapping[str, str] | None = None) -> Path | None:
         value = source.get(GRAPH_CACHE_ENV)
         if value:
             return None if value.lower() in {"off", "0", "false", "none"} else Path(value).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "neuronc" / "graphs"
+    from neuronc.locations import user_cache_dir
+
+    return user_cache_dir() / "graphs"
 
 
 def normalized_model_config(config: Mapping[str, Any]) -> dict[str, Any]:

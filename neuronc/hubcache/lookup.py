@@ -362,7 +362,8 @@ def model_context(
     config: Mapping[str, Any] | None = None,
 ) -> ModelContext:
     """Find the model's config (local dir, local HF cache, or the source) and normalise it."""
-    from neuronc.hubcache.sources import local_model_config, local_model_dir
+    from neuronc.hubcache.sources import local_model_config
+    from neuronc.locations import local_model_dir
 
     local = local_model_dir(model_id, base_dir)
     hub_id: str | None = None if local is not None else model_id

@@ -34,6 +34,7 @@ from neuronc.hubcache.registry import (
     parse_registry_path,
     select_paths,
 )
+from neuronc.locations import local_model_dir, user_cache_dir
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
@@ -101,27 +102,6 @@ def hub_offline(environ: Mapping[str, str] | None = None) -> bool:
 def hub_endpoint(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-
-
-def neuronc_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """neuronc's own cache: ``$NEURONC_CACHE_DIR``, else ``$XDG_CACHE_HOME/neuronc``, else ``~/.cache/neuronc``."""
-    env = os.environ if environ is None else environ
-    if env.get("NEURONC_CACHE_DIR"):
-        return Path(env["NEURONC_CACHE_DIR"]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "neuronc"
-    return Path.home() / ".cache" / "neuronc"
-
-
-def local_model_dir(model_id: str, base_dir: Path | None = None) -> Path | None:
-    """``model_id`` as a local directory (relative to ``base_dir`` first, then the working directory)."""
-    candidates = [Path(model_id).expanduser()]
-    if base_dir is not None and not Path(model_id).is_absolute():
-        candidates.insert(0, base_dir / model_id)
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    return None
 
 
 def hf_cached_file(repo_id: str, filename: str, revision: str | None = None) -> Path | None:
@@ -291,7 +271,7 @@ class HubSource:
         self.offline = hub_offline() if offline is None else offline
         self.revision = revision
         self.workers = max(1, workers)
-        root = Path(cache_dir) if cache_dir is not None else neuronc_cache_dir() / "hf-neuron-cache"
+        root = Path(cache_dir) if cache_dir is not None else user_cache_dir() / "hf-neuron-cache"
         self.cache_root = root
         self._repo_dir = root / _slug(self.endpoint) / repo_id.replace("/", "--")
         self._blob_dir = root / "blobs"
