@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -35,12 +34,12 @@ from neuronc.errors import (
     EXIT_VERIFICATION_FAILED,
     BackendUnavailableError,
     CacheMissError,
-    CheckpointError,
     CompileError,
     InvalidInputError,
     NeuroncError,
 )
-from neuronc.locations import MODEL_FILES, local_model_dir
+from neuronc.locations import MODEL_FILES
+from neuronc.model_source import resolve_checkpoint, resolve_revision
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
@@ -74,9 +73,6 @@ _SEVERITY = (
 )
 
 _MODEL_FILE_PATTERNS = ("tokenizer*", "*.tiktoken")
-# What a hub download fetches: safetensors weights, configs and tokenizers (no .bin/.pt/.onnx copies).
-_HUB_PATTERNS = ["*.safetensors", "*.safetensors.index.json", "*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _LOG_TAIL_LINES = 20
 
 
@@ -749,152 +745,8 @@ def _manifest_fields(
 
 
 # ------------------------------------------------------------------------------------------------
-# Checkpoint: revision, download, split, model files
+# Checkpoint: split and model files (resolution lives in neuronc.model_source)
 # ------------------------------------------------------------------------------------------------
-
-
-def _hub_cache_dir() -> Path:
-    env = os.environ
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env["HUGGINGFACE_HUB_CACHE"]).expanduser()
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    base = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "huggingface" / "hub"
-
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _cached_commit(repo_id: str, revision: str) -> str | None:
-    ref = _hub_cache_dir() / f"models--{repo_id.replace('/', '--')}" / "refs" / revision
-    try:
-        commit = ref.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return commit if _COMMIT_RE.match(commit) else None
-
-
-def resolve_revision(spec: BuildSpec) -> str | None:
-    """The commit a hub model's revision points at (None for a local directory).
-
-    A 40-hex revision is a commit already; otherwise the hub is asked, or, offline, the local
-    Hugging Face cache's refs. The commit goes into the config hash, so "main" today and "main"
-    next month are different builds when the model changed.
-    """
-
-    base_dir = Path(spec.profile_path).parent if spec.profile_path else None
-    if local_model_dir(spec.model.id, base_dir) is not None:
-        return None
-    revision = spec.model.revision or "main"
-    if _COMMIT_RE.match(revision):
-        return revision
-    if not _hub_offline():
-        try:
-            from huggingface_hub import HfApi
-            from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-
-            try:
-                info = HfApi().model_info(spec.model.id, revision=revision)
-            except (RepositoryNotFoundError, GatedRepoError) as exc:
-                msg = f"model '{spec.model.id}' is not a directory and not an accessible Hugging Face repo"
-                raise CheckpointError(msg, details=[str(exc).splitlines()[0]], hint=_HUB_HINT) from None
-            except RevisionNotFoundError:
-                msg = f"model '{spec.model.id}' has no revision '{revision}'"
-                raise CheckpointError(msg, hint="pin model.revision to a commit, tag or branch that exists") from None
-            sha = getattr(info, "sha", None)
-            if isinstance(sha, str) and _COMMIT_RE.match(sha):
-                return sha
-        except CheckpointError:
-            raise
-        except Exception:
-            # The hub is unreachable: fall back to what the local cache knows.
-            pass
-    cached = _cached_commit(spec.model.id, revision)
-    if cached is not None:
-        return cached
-    msg = f"cannot resolve '{spec.model.id}@{revision}': offline and not in the Hugging Face cache"
-    raise CheckpointError(msg, hint="download it once with network access (`hf download`), or pin a commit sha")
-
-
-_HUB_HINT = (
-    "check model.id; for a local directory use a path that exists (relative to the profile); "
-    "for gated repos set HF_TOKEN"
-)
-
-
-def resolve_checkpoint(spec: BuildSpec, revision: str | None) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint directory to read and the manifest's weights-source record.
-
-    A local directory is used in place; a hub model is downloaded (or found in the Hugging Face
-    cache) at the resolved commit. The record names every weight and config file with its size and
-    SHA-256.
-    """
-
-    base_dir = Path(spec.profile_path).parent if spec.profile_path else None
-    directory = local_model_dir(spec.model.id, base_dir)
-    if directory is None:
-        directory = _download(spec.model.id, revision)
-    if not (directory / "config.json").is_file():
-        msg = f"{directory}: no config.json; not a Hugging Face checkpoint directory"
-        raise CheckpointError(msg)
-    source: dict[str, Any] = {
-        "id": spec.model.id,
-        "revision": revision,
-        "mode": spec.weights,
-        "files": source_files(directory),
-    }
-    return directory, source
-
-
-def _download(repo_id: str, revision: str | None) -> Path:
-    from huggingface_hub import snapshot_download
-
-    try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            allow_patterns=_HUB_PATTERNS,
-            cache_dir=str(_hub_cache_dir()),
-            local_files_only=_hub_offline(),
-        )
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        msg = f"cannot download '{repo_id}@{revision}': {type(exc).__name__}: {first}"
-        raise CheckpointError(msg, hint=_HUB_HINT) from None
-    return Path(path)
-
-
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-def source_files(directory: Path) -> list[dict[str, Any]]:
-    """Name, size and SHA-256 of each weight and config file of a checkpoint directory.
-
-    In the Hugging Face cache a large file is a symlink to a blob named by its SHA-256 (git LFS),
-    so its hash is known without reading it; other files are hashed here.
-    """
-    import hashlib
-
-    files = []
-    for path in sorted(directory.iterdir()):
-        if not path.is_file() or path.suffix not in {".safetensors", ".json", ".bin", ".model"}:
-            continue
-        sha256: str | None = None
-        if path.is_symlink():
-            blob = Path(os.readlink(path)).name
-            sha256 = blob if _SHA256_RE.match(blob) else None
-        if sha256 is None:
-            digest = hashlib.sha256()
-            with path.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
-            sha256 = digest.hexdigest()
-        files.append({"path": path.name, "size": path.stat().st_size, "sha256": sha256})
-    return files
 
 
 def _split(
