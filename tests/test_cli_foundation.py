@@ -202,3 +202,15 @@ def test_fuzz_validate_never_tracebacks(tmp_path: Path, fragments: list[str], no
     assert result.exit_code in (0, 2), (mutated, result.output, result.exception)
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     json.loads(result.stdout)
+
+
+def test_hash_diff_between_two_bundles(runner: CliRunner, tmp_path: Path) -> None:
+    from plugins.fake_backend import build_bundle, make_spec
+
+    a = build_bundle(tmp_path / "a", spec=make_spec(batch_size=1))
+    b = build_bundle(tmp_path / "b", spec=make_spec(batch_size=2))
+    result = runner.invoke(app, ["hash", "--diff", str(a), str(b), "--json"])
+    assert result.exit_code == 0, result.output
+    (comparison,) = json.loads(result.stdout)["comparisons"]
+    assert comparison["same"] is False
+    assert [d["field"] for d in comparison["differences"]] == ["batch_size"]
