@@ -385,12 +385,7 @@ class RemoteStore:
     # -- keys and paths ---------------------------------------------------------------------
     def bundle_rel(self, manifest: Manifest) -> str:
         """The bundle's directory relative to the store root: the local store's layout."""
-        local = self.cache.bundle_path(
-            model_id=manifest.model_id,
-            backend=manifest.backend,
-            toolchain=manifest.toolchain,
-            config_hash=manifest.config_hash,
-        )
+        local = self.cache.path_for(manifest)
         return local.relative_to(self.cache.root).as_posix()
 
     def _labels(self) -> list[str]:

@@ -46,11 +46,11 @@ def default_store_path() -> Path:
     return user_cache_dir() / "bundles"
 
 
-def model_slug(model_id: str | None) -> str:
+def model_slug(model_id: str | None, *, local: bool = False) -> str:
     """A directory name for a model: ``org--name`` for hub ids, ``local--name`` for directories."""
     if not model_id:
         return "unknown-model"
-    if model_id.startswith(("/", ".", "~")) or os.path.isdir(model_id):
+    if local or model_id.startswith(("/", ".", "~")) or os.path.isdir(model_id):
         raw = "local--" + (Path(model_id.rstrip("/")).name or "model")
     else:
         raw = model_id.replace("/", "--")
@@ -244,13 +244,31 @@ class Store:
 
     # -- keys and paths ---------------------------------------------------------------------
     def bundle_path(
-        self, *, model_id: str | None, backend: str, toolchain: Mapping[str, str | None], config_hash: str
+        self,
+        *,
+        model_id: str | None,
+        backend: str,
+        toolchain: Mapping[str, str | None],
+        config_hash: str,
+        local_model: bool = False,
     ) -> Path:
         """Where the bundle for these keys lives: <store>/<model-slug>/<toolchain-label>/<hash prefix>/."""
         from neuronc.keys import toolchain_label
 
         config_hash = _check_hex(config_hash, "config hash")
-        return self.root / model_slug(model_id) / toolchain_label(backend, toolchain) / config_hash[:HASH_PREFIX]
+        slug = model_slug(model_id, local=local_model)
+        return self.root / slug / toolchain_label(backend, toolchain) / config_hash[:HASH_PREFIX]
+
+    def path_for(self, manifest: Manifest) -> Path:
+        """Where the bundle with this manifest lives in this store."""
+        identity = manifest.hashed_inputs.get("model.identity")
+        return self.bundle_path(
+            model_id=manifest.model_id,
+            backend=manifest.backend,
+            toolchain=manifest.toolchain,
+            config_hash=manifest.config_hash,
+            local_model=isinstance(identity, dict) and "local_fingerprint" in identity,
+        )
 
     def _candidates(self, config_hash: str, toolchain_key: str) -> list[Path]:
         config_hash = _check_hex(config_hash, "config hash")
@@ -328,12 +346,7 @@ class Store:
                 if given is not None and given != recorded:
                     msg = f"manifest {what} {recorded!r} != {given!r} given to Store.writer"
                     raise ValueError(msg)
-            return self.bundle_path(
-                model_id=manifest.model_id,
-                backend=manifest.backend,
-                toolchain=manifest.toolchain,
-                config_hash=manifest.config_hash,
-            )
+            return self.path_for(manifest)
 
         return BundleWriter(destination, overwrite=True, work_dir=self.staging_dir, name=config_hash[:HASH_PREFIX])
 

@@ -68,6 +68,7 @@ def test_build_publishes_a_complete_verified_bundle(ws: Path) -> None:
     assert (report.status, report.exit_code, report.error) == ("built", 0, None)
     bundle = Path(report.bundle or "")
     assert bundle.parent.parent.parent == ws / "store"
+    assert bundle.parent.parent.name == "local--model"  # a local checkpoint, named as such in the store
     assert verify_bundle(bundle).ok
     manifest = read_manifest(bundle)
     assert manifest.config_hash == report.config_hash and manifest.toolchain_key == report.toolchain_key
