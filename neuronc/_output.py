@@ -97,13 +97,15 @@ class Output:
     ) -> None:
         """Print a table for people (stdout)."""
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         for column in columns:
             j = (justify or {}).get(column, "left")
             table.add_column(column, justify=j, overflow="fold")  # type: ignore[arg-type]
         for row in rows:
-            table.add_row(*("" if cell is None else str(cell) for cell in row))
+            # Cells are data (model ids, paths, values): plain Text, never parsed as Rich markup.
+            table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
         self.print(table)
 
     # -- messages (stderr) --------------------------------------------------------------------

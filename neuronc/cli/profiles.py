@@ -75,18 +75,27 @@ def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False) -> None:
 
 
 def _render_build(path: str, build: dict[str, Any]) -> None:
+    from rich.markup import escape
+
     norm = build["normalized"]
     seq = norm["sequence"]
-    label = f"{path}" + (f" [build {build['index']}: {build['matrix']}]" if build["matrix"] else "")
-    out.print(f"[bold]{label}[/bold]  ✓ valid")
-    out.print(f"  model {norm['model']['id']}" + (f"@{norm['model']['revision']}" if norm["model"]["revision"] else ""))
+    matrix = ", ".join(f"{k}={v}" for k, v in build["matrix"].items())
+    label = path + (f" [build {build['index']}: {matrix}]" if matrix else "")
+    revision = f"@{norm['model']['revision']}" if norm["model"]["revision"] else ""
+    # Profile values are user data: escape them so Rich never reads them as markup.
+    out.print(f"[bold]{escape(label)}[/bold]  ✓ valid")
+    out.print(f"  model {escape(norm['model']['id'] + revision)}")
     out.print(
-        f"  backend {norm['backend']} · target {norm['target']} · tp {norm['tp_degree']} · "
-        f"batch {norm['batch_size']} · amp {norm['amp']} · weights {norm['weights']}"
+        escape(
+            f"  backend {norm['backend']} · target {norm['target']} · tp {norm['tp_degree']} · "
+            f"batch {norm['batch_size']} · amp {norm['amp']} · weights {norm['weights']}"
+        )
     )
     out.print(
-        f"  max_length {seq['max_length']} · max_context_length {seq['max_context_length']} · "
-        f"context buckets {seq['context_buckets']} · token buckets {seq['token_buckets']}"
+        escape(
+            f"  max_length {seq['max_length']} · max_context_length {seq['max_context_length']} · "
+            f"context buckets {seq['context_buckets']} · token buckets {seq['token_buckets']}"
+        )
     )
     out.print(f"  config hash {build['config_hash']}")
     graphs = build["plan"]["graphs"]
