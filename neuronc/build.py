@@ -754,7 +754,8 @@ def _split(
 ) -> list[dict[str, Any]]:
     from neuronc.checkpoint import split_checkpoint
 
-    result = split_checkpoint(model_dir, weights_dir, spec.tp_degree, dtype=spec.amp, progress=progress)
+    # hash=True: the manifest records each shard's SHA-256 and the bundle writer adopts it unread.
+    result = split_checkpoint(model_dir, weights_dir, spec.tp_degree, dtype=spec.amp, progress=progress, hash=True)
     shards = []
     recorded: set[str] = set()
     for shard in result.shards:

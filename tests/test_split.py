@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,8 @@ def test_cli_split_and_check_json(
     assert [s["rank"] for s in data["shards"]] == [0, 1, 2, 3]
     for shard in data["shards"]:
         assert (out / shard["file"]).stat().st_size == shard["bytes"]
-        assert len(shard["sha256"]) == 64
+        assert shard["sha256"] is None  # the CLI hashes only with --hash
+    assert json.loads((out / "index.json").read_text())["shards"][0]["sha256"] is None
     assert data["total_bytes"] == sum(s["bytes"] for s in data["shards"])
     assert data["peak_rss_bytes"] > 0
 
@@ -281,6 +283,17 @@ def test_cli_split_and_check_json(
     report = json.loads(checked.stdout)
     assert report["ok"] is True
     assert (report["tensors_checked"], report["shards_checked"], report["mismatches"]) == (len(expected), 4, [])
+
+    hashed = tmp_path / "hashed"
+    result = _invoke(runner, ["split", str(path), "--tp", "4", "--out", str(hashed), "--hash", "--json"])
+    assert result.exit_code == 0, result.output
+    import hashlib
+
+    for shard in json.loads(result.stdout)["shards"]:
+        assert shard["sha256"] == hashlib.sha256((hashed / shard["file"]).read_bytes()).hexdigest()
+        assert (hashed / shard["file"]).read_bytes() == (out / shard["file"]).read_bytes()
+    checked = _invoke(runner, ["split", "--check", str(hashed), "--json"])
+    assert checked.exit_code == 0, checked.output
 
 
 def test_cli_human_output(runner: CliRunner, models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path) -> None:
@@ -345,6 +358,7 @@ def test_cli_argument_errors_exit_2(
         (["split", str(path), "--tp", "2"], "needs MODEL_DIR, --tp and --out"),
         (["split", "--check", str(tmp_path)], "no index.json"),
         (["split", "--check", str(tmp_path), "--tp", "2"], "--check takes only the split directory"),
+        (["split", "--check", str(tmp_path), "--hash"], "--check takes only the split directory"),
     ]
     for args, message in cases:
         result = _invoke(runner, args)
@@ -404,3 +418,174 @@ def test_without_fsync_the_output_is_the_same(models: dict[str, tuple[Path, dict
     fast = split_checkpoint(path, tmp_path / "b", 4, fsync=False)
     assert [s.sha256 for s in durable.shards] == [s.sha256 for s in fast.shards]
     assert (tmp_path / "a" / "index.json").read_text() == (tmp_path / "b" / "index.json").read_text()
+
+
+# -- the kernel-copy path (hash=False) ----------------------------------------------------------------
+
+
+def _shard_bytes(split_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(split_dir.glob("rank-*.safetensors"))}
+
+
+def _index_without_hashes(split_dir: Path) -> dict[str, Any]:
+    index = json.loads((split_dir / "index.json").read_text())
+    for shard in index["shards"]:
+        shard["sha256"] = None
+    return index
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "opt", "mixtral", "qwen2"])
+def test_unhashed_split_is_byte_identical_to_the_hashed_one(
+    models: dict[str, tuple[Path, dict[str, bytes]]], family: str, tmp_path: Path
+) -> None:
+    """hash=False copies contiguous parts in the kernel; the shards must not change by a byte."""
+    import hashlib
+
+    path, _ = models[family]
+    for tp in TPS:
+        hashed = split_checkpoint(path, tmp_path / f"h{tp}", tp)
+        plain = split_checkpoint(path, tmp_path / f"p{tp}", tp, hash=False)
+        assert all(s.sha256 is None for s in plain.shards)
+        assert _shard_bytes(tmp_path / f"p{tp}") == _shard_bytes(tmp_path / f"h{tp}"), f"{family} tp={tp}"
+        assert [hashlib.sha256(b).hexdigest() for b in _shard_bytes(tmp_path / f"p{tp}").values()] == [
+            s.sha256 for s in hashed.shards
+        ]
+        assert _index_without_hashes(tmp_path / f"h{tp}") == json.loads(
+            (tmp_path / f"p{tp}" / "index.json").read_text()
+        )
+        report = check_split(tmp_path / f"p{tp}")
+        assert report.ok, report.mismatches
+
+
+def _counting_copy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+
+    real = os.copy_file_range
+    calls: list[int] = []
+
+    def counting(src: int, dst: int, count: int, offset_src: int | None = None, *args: Any) -> int:
+        calls.append(count)
+        return real(src, dst, count, offset_src, *args)
+
+    monkeypatch.setattr(os, "copy_file_range", counting)
+    return calls
+
+
+@pytest.mark.skipif(not hasattr(os, "copy_file_range"), reason="no copy_file_range here")
+def test_kernel_copy_is_used_only_without_hashing_or_casting(
+    models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = models["llama"]
+    calls = _counting_copy(monkeypatch)
+    split_checkpoint(path, tmp_path / "a", 2, hash=False)
+    assert calls  # replicated norms, row splits of q/k/v/gate/up and the vocab-parallel embeddings
+    calls.clear()
+    split_checkpoint(path, tmp_path / "b", 2)
+    split_checkpoint(path, tmp_path / "c", 2, hash=False, dtype="bf16")  # fp32 source: every tensor is cast
+    assert calls == []
+
+
+@pytest.mark.parametrize("how", ["exdev", "enosys", "eopnotsupp", "short", "zero", "absent", "fails-midway"])
+def test_kernel_copy_falls_back_to_buffered_copies(
+    models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """copy_file_range missing, refusing (EXDEV, ENOSYS, EOPNOTSUPP), stopping short or failing after
+    some bytes: the rest goes through pread + write and the shards are the same."""
+    import errno
+
+    path, _ = models["qwen2"]
+    split_checkpoint(path, tmp_path / "ref", 4)
+    real = os.copy_file_range
+    state = {"calls": 0}
+
+    def fake(src: int, dst: int, count: int, offset_src: int | None = None, *args: Any) -> int:
+        state["calls"] += 1
+        if how in ("exdev", "enosys", "eopnotsupp"):
+            raise OSError(getattr(errno, how.upper()), os.strerror(getattr(errno, how.upper())))
+        if how == "short":
+            return int(real(src, dst, min(count, 6), offset_src, *args))
+        if how == "zero":
+            return 0
+        if state["calls"] > 3:  # fails-midway
+            raise OSError(errno.EXDEV, "cross-device")
+        return int(real(src, dst, max(1, count // 3), offset_src, *args))
+
+    if how == "absent":
+        monkeypatch.delattr(os, "copy_file_range", raising=False)
+    else:
+        monkeypatch.setattr(os, "copy_file_range", fake)
+    split_checkpoint(path, tmp_path / "out", 4, hash=False)
+    assert _shard_bytes(tmp_path / "out") == _shard_bytes(tmp_path / "ref")
+    assert check_split(tmp_path / "out").ok
+    if how != "absent":
+        assert state["calls"] > 0
+
+
+def test_a_real_copy_error_is_raised_and_leaves_no_output(
+    models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    def broken(*args: Any) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "copy_file_range", broken)
+    with pytest.raises(OSError, match="Input/output error"):
+        split_checkpoint(models["llama"][0], tmp_path / "out", 2, hash=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_source_that_shrinks_during_a_kernel_copy_is_a_checkpoint_error(tmp_path: Path) -> None:
+    """copy_file_range stops at the end of a file that shrank; the buffered fallback names the file."""
+    from neuronc.checkpoint.writer import ShardWriter
+    from neuronc.errors import CheckpointError
+
+    source = tmp_path / "src.bin"
+    source.write_bytes(bytes(range(256)) * 40)
+    writer = ShardWriter(tmp_path / "out.safetensors", [("t", "U8", (20000,))], hash=False)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        assert writer.copy_from(fd, 100, 5000, display=str(source)) == 5000
+        with pytest.raises(CheckpointError, match=r"src\.bin: unexpected end of file"):
+            writer.copy_from(fd, 5100, 15000, display=str(source))
+    finally:
+        os.close(fd)
+        writer.close()
+
+
+def test_copy_from_refuses_a_hashing_writer(tmp_path: Path) -> None:
+    from neuronc.checkpoint.writer import ShardWriter
+
+    writer = ShardWriter(tmp_path / "out.safetensors", [("t", "U8", (4,))])
+    try:
+        with pytest.raises(AssertionError, match="hashing writer"):
+            writer.copy_from(0, 0, 4, display="x")
+    finally:
+        writer.close()
+
+
+def test_check_of_an_unhashed_split_still_finds_a_flipped_byte_and_a_stray_tensor(
+    models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    path, _ = models["llama"]
+    out = tmp_path / "w"
+    split_checkpoint(path, out, 2, hash=False)
+    _corrupt_one_byte(out / "rank-001-of-002.safetensors")
+    report = check_split(out)
+    assert not report.ok
+    assert any(m.rank == 1 and "differs from the source" in m.problem for m in report.mismatches)
+    assert not any("SHA-256" in m.problem for m in report.mismatches)
+
+    stray = tmp_path / "s"
+    split_checkpoint(path, stray, 2, hash=False)
+    shard = stray / "rank-000-of-002.safetensors"
+    state = load_file(shard)
+    state["extra.weight"] = torch.zeros(3)
+    save_file(state, shard, metadata={"format": "pt"})
+    index = json.loads((stray / "index.json").read_text())
+    index["shards"][0]["bytes"] = shard.stat().st_size  # pass the size check: only the tensor set betrays it
+    (stray / "index.json").write_text(json.dumps(index))
+    report = check_split(stray)
+    assert [(m.tensor, m.rank) for m in report.mismatches] == [("extra.weight", 0)]
+    assert "does not list" in report.mismatches[0].problem

@@ -193,6 +193,21 @@ class Checkpoint:
         pread_exact(self._fd(info.file), memoryview(data), info.offset, display=str(self.root / info.file))
         return torch.frombuffer(data, dtype=dtype).reshape(info.shape)
 
+    def source_fd(self, info: TensorInfo) -> tuple[int, int] | None:
+        """Return (file descriptor, byte offset) of a tensor's bytes in its file, for kernel copies.
+
+        None for a ``.bin`` tensor, whose bytes exist only once torch has loaded it. The descriptor
+        belongs to the checkpoint (do not close it); read it only with positional calls (pread,
+        ``copy_file_range`` with an offset), which other threads may be making at the same time.
+        """
+        if info.offset is None:
+            return None
+        return self._fd(info.file), info.offset
+
+    def display(self, info: TensorInfo) -> str:
+        """The path of a tensor's file, for messages."""
+        return str(self.root / info.file)
+
     # -- internals ------------------------------------------------------------------------------
     def _fd(self, file: str) -> int:
         fd = self._fds.get(file)

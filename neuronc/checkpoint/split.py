@@ -4,7 +4,10 @@ Each source tensor is read once, in chunks of at most ``CHUNK_BYTES`` (a tensor 
 first dimension, or replicated, is copied range by range; one split along a later dimension is
 read a block of outer rows at a time and each rank's columns gathered from it), and each chunk is
 appended to every rank file that needs it. Rank files are written front to back — header first,
-from the shapes the partition plan gives — and hashed while written. The whole output is built in
+from the shapes the partition plan gives — and hashed while written (unless ``hash=False``). Without
+hashing, a rank's part that is a contiguous byte range of a source file in the stored dtype (a
+replicated tensor, a split along the first dimension) is copied by the kernel (``copy_file_range``)
+without passing through this process. The whole output is built in
 a hidden staging directory next to ``out_dir``, fsynced, then renamed into place, so a failure at
 any point leaves no ``out_dir`` at all.
 """
@@ -59,7 +62,7 @@ class ShardInfo:
     rank: int
     file: str
     bytes: int
-    sha256: str
+    sha256: str | None
     tensors: int
 
     def to_json(self) -> dict[str, Any]:
@@ -122,6 +125,7 @@ def split_checkpoint(
     dtype: str | None = None,
     progress: ProgressSink = NULL_PROGRESS,
     fsync: bool = True,
+    hash: bool = True,
 ) -> SplitResult:
     """Split a Hugging Face checkpoint into ``tp`` rank shards plus ``index.json`` in ``out_dir``.
 
@@ -133,6 +137,9 @@ def split_checkpoint(
         progress: receives one bytes task covering every byte written.
         fsync: make every file durable before publishing (the default). A caller that builds the
             split inside its own staging directory and fsyncs that as a whole may pass False.
+        hash: compute every shard's SHA-256 while writing it (the default; ``compile`` records and
+            adopts them). With False, ``ShardInfo.sha256`` and index.json's ``sha256`` are None, and
+            contiguous parts are copied in the kernel instead of through this process.
 
     Raises:
         CheckpointError: the checkpoint is missing, broken, or has tensors no rule covers.
@@ -169,7 +176,9 @@ def split_checkpoint(
         try:
             for rank in range(tp):
                 metadata = {"format": "pt", "neuronc.rank": str(rank), "neuronc.tp": str(tp)}
-                writers.append(ShardWriter(staging / shard_name(rank, tp), layouts[rank], metadata, durable=fsync))
+                writers.append(
+                    ShardWriter(staging / shard_name(rank, tp), layouts[rank], metadata, durable=fsync, hash=hash)
+                )
             total = sum(_data_bytes(layout) for layout in layouts)
             task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
             for plan in order:
@@ -270,6 +279,10 @@ def _stream_tensor(
 ) -> None:
     """Copy one tensor into every rank file, reading the source once, a bounded window at a time."""
     source = info.dtype
+    located = None if writers[0].hashing or stored != source else ckpt.source_fd(info)
+    if located is not None and (plan.dim is None or math.prod(info.shape[: plan.dim]) == 1):
+        _copy_tensor(ckpt, info, plan, located, writers, fanout, task)
+        return
     if plan.dim is None:  # replicated: read each window once, cast once, write it to every rank
         for start in range(0, info.nbytes, CHUNK_BYTES):
             chunk = cast_bytes(ckpt.read_range(info, start, min(CHUNK_BYTES, info.nbytes - start)), source, stored)
@@ -304,6 +317,41 @@ def _stream_tensor(
         count = min(rows_per_block, outer - first)
         block = np.frombuffer(ckpt.read_range(info, first * row, count * row), dtype=np.uint8).reshape(count, row)
         task.advance(fanout.run([gather(rank_slice, block) for rank_slice in plan.ranks]))
+
+
+def _copy_tensor(
+    ckpt: Checkpoint,
+    info: TensorInfo,
+    plan: Partition,
+    located: tuple[int, int],
+    writers: list[ShardWriter],
+    fanout: _Fanout,
+    task: ProgressTask,
+) -> None:
+    """The kernel-copy path: every rank's part is a few byte ranges of the source file, no cast.
+
+    Each rank's job copies its ranges (ascending, as in ``_stream_ranges``) from the source file to
+    its shard with ``copy_file_range``, then appends its zero padding. The source is read by the
+    kernel once per rank that holds a range (a replicated tensor ``tp`` times), which costs less
+    than one pass through this process.
+    """
+    fd, base = located
+    display = ckpt.display(info)
+    if plan.dim is None:
+        shares = [([(0, info.nbytes)], 0) for _ in writers]
+    else:
+        inner = math.prod(info.shape[plan.dim + 1 :]) * info.itemsize
+        shares = [([], 0)] * len(writers)
+        for r in plan.ranks:
+            shares[r.rank] = ([(start * inner, stop * inner) for start, stop in r.slices], r.pad * inner)
+        for rank_ranges, _ in shares:
+            assert all(a[1] <= b[0] for a, b in pairwise(rank_ranges)), plan.name
+
+    def job(writer: ShardWriter, ranges: list[tuple[int, int]], pad: int) -> int:
+        copied = sum(writer.copy_from(fd, base + a, b - a, display=display) for a, b in ranges)
+        return copied + (_write_zeros(writer, pad) if pad else 0)
+
+    task.advance(fanout.run([partial(job, writers[rank], *share) for rank, share in enumerate(shares)]))
 
 
 def _stream_ranges(

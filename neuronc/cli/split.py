@@ -13,7 +13,7 @@ from neuronc.cli._options import JsonOpt
 from neuronc.errors import InvalidInputError, VerificationError
 
 _EPILOG = (
-    "Examples: neuronc split ./Llama-3.1-8B --tp 8 --out ./weights --dtype bf16 | "
+    "Examples: neuronc split ./Llama-3.1-8B --tp 8 --out ./weights --dtype bf16 [--hash] | "
     "neuronc split --check ./weights --json. "
     "Exit codes: 0 ok, 2 invalid input or broken checkpoint, 4 --check found a mismatch."
 )
@@ -30,6 +30,14 @@ def split_command(
     dtype: Annotated[
         str | None, typer.Option("--dtype", help="Cast floating-point weights while streaming: fp32, fp16 or bf16.")
     ] = None,
+    hash_shards: Annotated[
+        bool,
+        typer.Option(
+            "--hash/--no-hash",
+            help="Record each shard's SHA-256 in index.json (costs a CPU pass over every output byte; "
+            "--check compares every tensor with the source either way).",
+        ),
+    ] = False,
     check: Annotated[
         Path | None,
         typer.Option("--check", help="Reassemble the split in this directory and compare it with the source."),
@@ -39,7 +47,7 @@ def split_command(
     """Split a checkpoint into tensor-parallel rank shards, streaming, with bounded memory."""
     out.configure(json_mode=json_out)
     if check is not None:
-        if tp is not None or out_dir is not None or dtype is not None:
+        if tp is not None or out_dir is not None or dtype is not None or hash_shards:
             raise InvalidInputError("--check takes only the split directory (and optionally MODEL_DIR)")
         _check(check, model_dir)
         return
@@ -49,12 +57,16 @@ def split_command(
     from neuronc.checkpoint import split_checkpoint
 
     with out.progress() as sink:
-        result = split_checkpoint(model_dir, out_dir, tp, dtype=dtype, progress=sink)
+        result = split_checkpoint(model_dir, out_dir, tp, dtype=dtype, progress=sink, hash=hash_shards)
     data = result.to_json()
 
     def render() -> None:
-        rows = [[s.rank, s.file, _size(s.bytes), s.sha256[:16]] for s in result.shards]
-        out.table(["rank", "file", "size", "sha256"], rows, justify={"size": "right"})
+        if hash_shards:
+            rows = [[s.rank, s.file, _size(s.bytes), (s.sha256 or "")[:16]] for s in result.shards]
+            out.table(["rank", "file", "size", "sha256"], rows, justify={"size": "right"})
+        else:
+            rows = [[s.rank, s.file, _size(s.bytes)] for s in result.shards]
+            out.table(["rank", "file", "size"], rows, justify={"size": "right"})
         rss = f", peak RSS {_size(result.peak_rss_bytes)}" if result.peak_rss_bytes else ""
         cast = f" as {result.dtype}" if result.dtype else ""
         out.success(
