@@ -48,3 +48,25 @@ def _restore_backend_registry() -> Iterator[None]:
     registry.clear()
     registry.update(before)
     get_backend.cache_clear()
+
+
+@pytest.fixture
+def pristine_backends() -> Iterator[None]:
+    """Only the installed backends, whatever plugins earlier (module-scoped) fixtures registered."""
+    from neuronc.backends import ENTRY_POINT_GROUP, _entry_points, get_backend
+
+    registry = _entry_points()
+    saved = dict(registry)
+    from importlib.metadata import EntryPoint, entry_points
+
+    from neuronc.backends import _BUILTIN
+
+    registry.clear()
+    registry.update({ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    for name, value in _BUILTIN.items():
+        registry.setdefault(name, EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
+    get_backend.cache_clear()
+    yield
+    registry.clear()
+    registry.update(saved)
+    get_backend.cache_clear()

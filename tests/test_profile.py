@@ -35,6 +35,7 @@ def _error_lines(path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+@pytest.mark.usefixtures("pristine_backends")
 def test_bad_profiles_report_exact_messages(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(path.parent)
     lines = _error_lines(path)
