@@ -15,7 +15,7 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install --upgrade pip
 pip install "torch==2.13.0"
 pip install -e ".[cpu,test,dev,remote]"
-# Optionally pin transformers (CI also tests 4.57.x, the series the Neuron SDK pins).
+# Optionally choose another transformers release (e.g. TRANSFORMERS_SPEC="transformers==4.57.1").
 if [ -n "${TRANSFORMERS_SPEC:-}" ]; then
   pip install "$TRANSFORMERS_SPEC"
 fi
