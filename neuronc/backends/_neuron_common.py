@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronc.backends.base import (
-    Availability,
     BackendBase,
     CompiledGraph,
     CompileJob,
@@ -455,26 +454,16 @@ class NeuronBackend(BackendBase):
     # Backend options this backend reads, with a one-line description each.
     options_help: ClassVar[dict[str, str]] = {}
 
-    def availability(self) -> Availability:
-        versions = self.toolchain_versions()
-        missing = []
-        for package in self.required:
-            version = versions.get(package)
-            module = IMPORT_NAMES.get(package, package.replace("-", "_"))
-            if version is None:
-                missing.append(package)
-            elif version in PYPI_PLACEHOLDERS.get(package, ()):
-                missing.append(f"{package} (found {version}, the PyPI placeholder)")
-            elif not module_present(module):
-                missing.append(f"{package} (metadata says {version}, but module '{module}' is not importable)")
-        if missing:
-            return Availability(
-                False,
-                versions,
-                reason="missing " + ", ".join(missing),
-                install_hint=self.install_hint,
-            )
-        return Availability(True, versions)
+    def missing_reason(self, package: str, version: str | None) -> str | None:
+        # The Neuron SDK's PyPI names are placeholders that install but cannot run.
+        module = IMPORT_NAMES.get(package, package.replace("-", "_"))
+        if version is None:
+            return package
+        if version in PYPI_PLACEHOLDERS.get(package, ()):
+            return f"{package} (found {version}, the PyPI placeholder)"
+        if not module_present(module):
+            return f"{package} (metadata says {version}, but module '{module}' is not importable)"
+        return None
 
     def toolchain_versions(self) -> dict[str, str | None]:
         versions = super().toolchain_versions()

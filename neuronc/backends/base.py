@@ -189,7 +189,7 @@ class BackendBase:
 
     def availability(self) -> Availability:
         versions = self.toolchain_versions()
-        missing = [p for p in self.required if versions.get(p) is None]
+        missing = [m for p in self.required if (m := self.missing_reason(p, versions.get(p))) is not None]
         if missing:
             return Availability(
                 False,
@@ -198,6 +198,10 @@ class BackendBase:
                 install_hint=self.install_hint,
             )
         return Availability(True, versions)
+
+    def missing_reason(self, package: str, version: str | None) -> str | None:
+        """Why a required package does not count as installed (None when it does)."""
+        return package if version is None else None
 
     def toolchain_versions(self) -> dict[str, str | None]:
         from neuronc import __version__
