@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -19,6 +20,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 STOP_WAIT_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
@@ -116,3 +119,28 @@ def start_seaweedfs(directory: Path) -> SeaweedFS:
     server.stop()
     msg = f"SeaweedFS did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{server.log_tail()}"
     raise RuntimeError(msg)
+
+
+def use_server_and_make_bucket(server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point boto at ``server`` the way a user would (environment) and return a fresh, writable bucket."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(var, raising=False)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
+    bucket = f"neuronc-{secrets.token_hex(6)}"
+    deadline = time.monotonic() + 30
+    while True:  # a just-started server may still be allocating volumes
+        try:
+            fs.mkdir(bucket)
+            fs.pipe_file(f"{bucket}/.probe", b"ok")
+            fs.rm_file(f"{bucket}/.probe")
+            return bucket
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)

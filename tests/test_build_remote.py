@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import secrets
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _pipeline import write_profile, write_tiny_llama
-from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
+from _seaweedfs import SeaweedFS, start_seaweedfs, use_server_and_make_bucket, weed_binary
 from plugins import pipeline_backend
 from typer.testing import CliRunner
 
@@ -36,26 +34,8 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
 
 @pytest.fixture
 def bucket(s3_server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(var, raising=False)
-    import s3fs
-
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
-    name = f"neuronc-{secrets.token_hex(6)}"
-    deadline = time.monotonic() + 30
-    while True:  # a just-started server may still be allocating volumes
-        try:
-            fs.mkdir(name)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    return name
+    """Point boto at the server the way a user would (environment), and make a fresh bucket."""
+    return use_server_and_make_bucket(s3_server, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

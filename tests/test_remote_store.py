@@ -7,7 +7,6 @@ Hugging Face Hub cannot be reached here, so hf:// is tested for URL parsing and 
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
+from _seaweedfs import SeaweedFS, start_seaweedfs, use_server_and_make_bucket, weed_binary
 from plugins.fake_backend import build_bundle, make_spec, register
 from typer.testing import CliRunner
 
@@ -123,28 +122,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
 @pytest.fixture
 def s3_env(s3_server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
     """Point boto at the server the way a user would (environment), and make a fresh bucket."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(var, raising=False)
-    import s3fs
-
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
-    bucket = f"neuronc-{secrets.token_hex(6)}"
-    deadline = time.monotonic() + 30
-    while True:  # a just-started server may still be allocating volumes
-        try:
-            fs.mkdir(bucket)
-            fs.pipe_file(f"{bucket}/.probe", b"ok")
-            fs.rm_file(f"{bucket}/.probe")
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    return bucket
+    return use_server_and_make_bucket(s3_server, monkeypatch)
 
 
 def _remote(bucket: str, tmp_path: Path, name: str = "cache", prefix: str = "ci/bundles") -> RemoteStore:
