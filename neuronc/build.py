@@ -37,6 +37,7 @@ from neuronc.errors import (
     CompileError,
     InvalidInputError,
     NeuroncError,
+    log_tail,
 )
 from neuronc.locations import MODEL_FILES
 from neuronc.model_source import resolve_checkpoint, resolve_revision
@@ -827,26 +828,12 @@ def _keep_logs(exc: CompileError, staging: Path, config: ConfigKey) -> None:
         log_path = candidates[-1] if candidates else None
     if log_path is not None and log_path.is_file():
         exc.log_path = str(log_path)
-        tail = log_tail(log_path)
+        tail = log_tail(log_path, _LOG_TAIL_LINES)
         if tail and not any(line in exc.details for line in tail[-3:]):
             exc.details.append(f"last lines of {log_path}:")
             exc.details.extend(f"  {line}" for line in tail)
     if kept is not None and exc.hint is None:
         exc.hint = f"compiler logs kept in {kept}"
-
-
-def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
-    """The last ``lines`` lines of a log file (reads at most 64 KiB)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            data = f.read()
-    except OSError:
-        return []
-    text = data.decode("utf-8", errors="replace")
-    return [line.rstrip() for line in text.splitlines()[-lines:]]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ and an optional hint that tells the user what to do next. Library code raises th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import ClassVar
 
 EXIT_OK = 0
@@ -101,6 +103,19 @@ class CompileError(NeuroncError):
         data = super().to_json()
         data["log_path"] = self.log_path
         return data
+
+
+def log_tail(path: str | Path, lines: int = 20) -> list[str]:
+    """The last non-blank ``lines`` lines of a compiler log (reads at most its last 64 KiB)."""
+    try:
+        with Path(path).open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            data = f.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace")
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
 
 
 class VerificationError(NeuroncError):

@@ -33,7 +33,7 @@ from neuronc.backends.base import (
     distribution_version,
     module_present,
 )
-from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError
+from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError, log_tail
 from neuronc.locations import MODEL_FILES, local_model_dir
 
 if TYPE_CHECKING:
@@ -309,19 +309,6 @@ def backend_extra(bundle_dir: str | Path, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def log_tail(path: Path, lines: int = _TAIL_LINES) -> list[str]:
-    """The last lines of a log (reads at most 64 KiB)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 65536))
-            data = f.read()
-    except OSError:
-        return []
-    return [line.rstrip() for line in data.decode("utf-8", errors="replace").splitlines()[-lines:]]
-
-
 # ------------------------------------------------------------------------------------------------
 # Job (de)serialisation for the child process
 # ------------------------------------------------------------------------------------------------
@@ -564,7 +551,7 @@ def run_isolated(backend: NeuronBackend, job: CompileJob, *, python: str | None 
         if isinstance(error, dict):
             what = f"{error.get('type')}: {error.get('message')}"
         msg = f"{backend.name} compile failed after {seconds:.0f}s ({what})"
-        tail = log_tail(log_path)
+        tail = log_tail(log_path, _TAIL_LINES)
         raise CompileError(
             msg,
             details=[f"last lines of {log_path}:", *(f"  {line}" for line in tail)],

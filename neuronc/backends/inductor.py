@@ -46,7 +46,7 @@ from neuronc.backends.base import (
     CompileResult,
     GraphSpec,
 )
-from neuronc.errors import CompileError, InvalidInputError
+from neuronc.errors import CompileError, InvalidInputError, log_tail
 
 if TYPE_CHECKING:
     from neuronc.backends._inductor_runtime import InductorRunner
@@ -518,7 +518,7 @@ def _run_worker(
     shutil.copyfile(item.log_path, bundle_log)
     meta_path = item.out_dir / f"{graph.name}.json"
     if rc != 0 or not meta_path.is_file():
-        tail = _log_tail(bundle_log)
+        tail = log_tail(bundle_log, _LOG_TAIL_LINES)
         shutil.rmtree(item.out_dir, ignore_errors=True)
         msg = f"graph {graph.name}: export/AOTInductor compile failed (exit status {rc})"
         raise CompileError(msg, details=tail, log_path=str(bundle_log), hint=f"full compiler output: {bundle_log}")
@@ -580,14 +580,6 @@ def _sweep_tmp(tmp: Path, max_age_seconds: float = 24 * 3600) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             pass
-
-
-def _log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> list[str]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
 def _check_weights(job: CompileJob, metas: Sequence[Mapping[str, Any]]) -> None:
