@@ -4,7 +4,8 @@
     .venv/bin/python bench/split.py --size-gb 4 --tp 4 --repeat 3 --json
 
 Generates a bf16 checkpoint with TinyLlama-like shapes (hidden 2048, 32 heads, 4 KV heads, MLP 5632,
-vocab 32000; the layer count sets the size) in several ~500 MB files with a model.safetensors.index.json,
+vocab 32000; the layer count sets the size) in several ~500 MB files with a model.safetensors.index.json
+(or, with ``--format bin``, as ``pytorch_model-*.bin`` files written by ``torch.save``),
 in a temporary directory. Reads it once so every contender starts from a warm page cache, then measures,
 each as a child process whose peak RSS comes from wait4():
 
@@ -81,10 +82,15 @@ from safetensors.torch import load_file, save_file
 
 src, out, tp = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 kv_heads, head_dim = int(sys.argv[4]), int(sys.argv[5])
-index = json.loads((src / "model.safetensors.index.json").read_text())
+bin_index = src / "pytorch_model.bin.index.json"
+index = json.loads((bin_index if bin_index.exists() else src / "model.safetensors.index.json").read_text())
 state = {}
 for file in sorted(set(index["weight_map"].values())):
-    state.update(load_file(src / file))           # the whole model in memory, as converters do
+    if file.endswith(".bin"):
+        import torch
+        state.update(torch.load(src / file, weights_only=True))
+    else:
+        state.update(load_file(src / file))           # the whole model in memory, as converters do
 out.mkdir()
 for rank in range(tp):
     shard = {}
@@ -125,7 +131,7 @@ def _nbytes(shape: tuple[int, ...]) -> int:
     return n
 
 
-def generate(dest: Path, size_gb: float) -> tuple[int, int, int]:
+def generate(dest: Path, size_gb: float, fmt: str = "safetensors") -> tuple[int, int, int]:
     """Write the checkpoint; return (total bytes, largest tensor bytes, layers)."""
     import numpy as np
 
@@ -170,7 +176,26 @@ def generate(dest: Path, size_gb: float) -> tuple[int, int, int]:
     total = sum(_nbytes(s) for _, s in tensors)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (dest / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    if fmt == "bin":
+        _to_bin(dest)
     return total, max(_nbytes(s) for _, s in tensors), layers
+
+
+def _to_bin(dest: Path) -> None:
+    """Rewrite the generated safetensors files as torch.save files, one at a time, with their index."""
+    import torch
+    from safetensors.torch import load_file
+
+    index_path = dest / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    renames = {}
+    for file in sorted(set(index["weight_map"].values())):
+        renames[file] = file.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+        torch.save(load_file(dest / file), dest / renames[file])
+        (dest / file).unlink()
+    index["weight_map"] = {name: renames[file] for name, file in index["weight_map"].items()}
+    (dest / "pytorch_model.bin.index.json").write_text(json.dumps(index, indent=2))
+    index_path.unlink()
 
 
 TIME = shutil.which("time", path="/usr/bin:/bin")
@@ -232,6 +257,9 @@ def warm(path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-gb", type=float, default=2.0, help="checkpoint size (default 2)")
+    parser.add_argument(
+        "--format", choices=("safetensors", "bin"), default="safetensors", help="checkpoint file format"
+    )
     parser.add_argument("--tp", type=int, default=8, help="tensor-parallel degree (default 8)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of cp and split; the median is shown")
     parser.add_argument("--no-baseline", action="store_true", help="skip the in-memory baseline")
@@ -240,7 +268,7 @@ def main() -> None:
     parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.generate_into:
-        print(json.dumps(generate(args.generate_into, args.size_gb)))
+        print(json.dumps(generate(args.generate_into, args.size_gb, args.format)))
         return
 
     work = Path(tempfile.mkdtemp(prefix="neuronc-bench-split-", dir=args.dir))
@@ -250,9 +278,10 @@ def main() -> None:
         # In a child process: a forked child inherits its parent's peak RSS until exec (Linux carries
         # the old hiwater mark over), so the parent must stay small for wait4()'s numbers to mean anything.
         gen = [sys.executable, __file__, "--generate-into", str(src), "--size-gb", str(args.size_gb)]
+        gen += ["--format", args.format]
         total, largest, layers = json.loads(subprocess.run(gen, check=True, capture_output=True, text=True).stdout)
         print(
-            f"generated {total / 1e9:.2f} GB, {layers} layers, {len(list(src.glob('*.safetensors')))} files, "
+            f"generated {total / 1e9:.2f} GB, {layers} layers, {sum(f.suffix in ('.safetensors', '.bin') for f in src.iterdir())} files, "
             f"largest tensor {largest / MB:.0f} MiB in {time.perf_counter() - t0:.1f} s",
             file=sys.stderr,
         )

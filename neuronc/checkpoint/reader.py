@@ -10,7 +10,9 @@ Supported layouts, in the order they are looked for:
 Safetensors files are read with ``pread`` into one reusable buffer, never memory-mapped: pages of
 a memory map count towards the process's resident set, and the point of this module is a resident
 set that does not grow with the model. ``.bin`` files are loaded with ``torch.load(weights_only=True,
-mmap=True)``; anything that needs full unpickling is refused.
+mmap=True)`` (anything that needs full unpickling is refused), only to learn each tensor's dtype,
+shape and place in the file (``_torchzip``); their bytes are then read like safetensors'. A tensor
+that cannot be placed (legacy format, strided view) is read through torch's memory map.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from neuronc.checkpoint._safetensors import DTYPE_SIZES, SafetensorsHeader, pread_exact, read_header
+from neuronc.checkpoint._torchzip import locate_tensors
 from neuronc.errors import CheckpointError, EnvironmentIncompatibleError
 
 if TYPE_CHECKING:
@@ -196,7 +199,8 @@ class Checkpoint:
     def source_fd(self, info: TensorInfo) -> tuple[int, int] | None:
         """Return (file descriptor, byte offset) of a tensor's bytes in its file, for kernel copies.
 
-        None for a ``.bin`` tensor, whose bytes exist only once torch has loaded it. The descriptor
+        None for a ``.bin`` tensor that could not be placed in its file (its bytes exist only once
+        torch has loaded it). The descriptor
         belongs to the checkpoint (do not close it); read it only with positional calls (pread,
         ``copy_file_range`` with an offset), which other threads may be making at the same time.
         """
@@ -384,6 +388,7 @@ def _open_bin(
     seen: dict[str, str] = {}
     for file, expected in files.items():
         state = _load_bin(root / file)
+        offsets = locate_tensors(root / file, state)
         absent = sorted((expected or set()) - set(state))
         if absent:
             msg = f"{root / file}: has no tensor '{absent[0]}', which {index} places there"
@@ -398,7 +403,7 @@ def _open_bin(
                 raise CheckpointError(msg)
             shape = tuple(int(d) for d in tensor.shape)
             nbytes = tensor.numel() * DTYPE_SIZES[code]
-            tensors.append(TensorInfo(name, code, shape, file, None, nbytes))
+            tensors.append(TensorInfo(name, code, shape, file, offsets.get(name), nbytes))
         sources.append(SourceFile(file, (root / file).stat().st_size, None))
         del state
     return Checkpoint(root, "pytorch", sources, tensors, config)
