@@ -120,7 +120,26 @@ def resolve_checkpoint(spec: BuildSpec, revision: str | None) -> tuple[Path, dic
     return directory, source
 
 
-def _download(repo_id: str, revision: str | None) -> Path:
+# A Hugging Face repo id: "org/name"; letters, digits, "-", "_" and ".", neither part starting with ".".
+_REPO_ID_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def checkpoint_dir(model: str, revision: str | None = None) -> Path:
+    """The checkpoint directory for ``model``: a local directory as it is, or a Hugging Face repo id
+    ("org/name") found in the Hugging Face cache or downloaded (safetensors, configs, tokenizer).
+
+    Anything else comes back as a path, for the checkpoint reader to say what is wrong with it.
+    """
+    directory = local_model_dir(model)
+    if directory is not None:
+        return directory
+    if not _REPO_ID_RE.match(model) or Path(model).exists():
+        return Path(model)
+    hint = "pass a checkpoint directory that exists, or a repo id; for gated repos set HF_TOKEN"
+    return _download(model, revision, hint=hint)
+
+
+def _download(repo_id: str, revision: str | None, *, hint: str = _HUB_HINT) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
@@ -133,8 +152,8 @@ def _download(repo_id: str, revision: str | None) -> Path:
         )
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
-        msg = f"cannot download '{repo_id}@{revision}': {type(exc).__name__}: {first}"
-        raise CheckpointError(msg, hint=_HUB_HINT) from None
+        msg = f"cannot download '{repo_id}@{revision or 'main'}': {type(exc).__name__}: {first}"
+        raise CheckpointError(msg, hint=hint) from None
     return Path(path)
 
 

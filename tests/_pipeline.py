@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,21 @@ def write_profile(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def fake_hub_cache(hf_home: Path, repo: str, commit: str, model: Path) -> Path:
+    """Put ``model``'s files in a Hugging Face cache under ``hf_home`` as huggingface_hub lays one out:
+    blobs named by hash, a snapshot of symlinks to them, and ``refs/main`` pointing at ``commit``."""
+    root = hf_home / "hub" / f"models--{repo.replace('/', '--')}"
+    (root / "blobs").mkdir(parents=True)
+    snapshot = root / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for path in model.iterdir():
+        data = path.read_bytes()
+        digest = hashlib.sha256(data) if path.suffix == ".safetensors" else hashlib.sha1(data)
+        blob = root / "blobs" / digest.hexdigest()
+        blob.write_bytes(data)
+        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    return root

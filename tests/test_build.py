@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _pipeline import write_profile, write_tiny_llama
+from _pipeline import fake_hub_cache, write_profile, write_tiny_llama
 from plugins import pipeline_backend
 
 from neuronc import build
@@ -310,29 +309,9 @@ def test_a_backend_that_shards_its_own_way_gets_no_rank_shards(ws: Path) -> None
 # -- hub models -----------------------------------------------------------------------------------
 
 
-def _fake_hub_cache(ws: Path, repo: str, commit: str) -> Path:
-    """A Hugging Face cache entry as huggingface_hub lays it out: blobs, a snapshot of symlinks, refs."""
-    model = write_tiny_llama(ws / "src")
-    root = ws / "hf" / "hub" / f"models--{repo.replace('/', '--')}"
-    (root / "blobs").mkdir(parents=True)
-    snapshot = root / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    for path in model.iterdir():
-        blob = (
-            root
-            / "blobs"
-            / (sha256(path) if path.suffix == ".safetensors" else hashlib.sha1(path.read_bytes()).hexdigest())
-        )
-        blob.write_bytes(path.read_bytes())
-        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(commit)
-    return root
-
-
 def test_hub_model_is_resolved_to_a_commit_offline(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     commit = "a" * 40
-    _fake_hub_cache(ws, "acme/tiny", commit)
+    fake_hub_cache(ws / "hf", "acme/tiny", commit, write_tiny_llama(ws / "src"))
     monkeypatch.setenv("HF_HOME", str(ws / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     profile = write_profile(ws / "p.yaml", model="acme/tiny")

@@ -355,7 +355,7 @@ def test_cli_argument_errors_exit_2(
     cases: list[tuple[list[str], str]] = [
         (["split", str(path), "--tp", "3", "--out", str(tmp_path / "a")], "tp=3 does not divide"),
         (["split", str(path), "--tp", "2", "--out", str(tmp_path / "b"), "--dtype", "int4"], "unknown dtype"),
-        (["split", str(path), "--tp", "2"], "needs MODEL_DIR, --tp and --out"),
+        (["split", str(path), "--tp", "2"], "needs MODEL (a directory or a repo id), --tp and --out"),
         (["split", "--check", str(tmp_path)], "no index.json"),
         (["split", "--check", str(tmp_path), "--tp", "2"], "--check takes only the split directory"),
         (["split", "--check", str(tmp_path), "--hash"], "--check takes only the split directory"),

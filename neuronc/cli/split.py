@@ -14,6 +14,7 @@ from neuronc.errors import InvalidInputError, VerificationError
 
 _EPILOG = (
     "Examples: neuronc split ./Llama-3.1-8B --tp 8 --out ./weights --dtype bf16 [--hash] | "
+    "neuronc split meta-llama/Llama-3.1-8B --tp 8 --out ./weights (from the Hugging Face cache) | "
     "neuronc split --check ./weights --json. "
     "Exit codes: 0 ok, 2 invalid input or broken checkpoint, 4 --check found a mismatch."
 )
@@ -22,8 +23,15 @@ _EPILOG = (
 @command(name="split", epilog=_EPILOG)
 def split_command(
     model_dir: Annotated[
-        Path | None,
-        typer.Argument(help="Hugging Face checkpoint directory (with --check: the source, if not the recorded one)."),
+        str | None,
+        typer.Argument(
+            metavar="MODEL",
+            help="Checkpoint directory, or a Hugging Face repo id (org/name) taken from the Hugging Face cache "
+            "or downloaded; with --check: the source directory, if not the recorded one.",
+        ),
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option("--revision", help="Branch, tag or commit of a repo id (default: main).")
     ] = None,
     tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.", min=1)] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Output directory (must not exist).")] = None,
@@ -47,17 +55,22 @@ def split_command(
     """Split a checkpoint into tensor-parallel rank shards, streaming, with bounded memory."""
     out.configure(json_mode=json_out)
     if check is not None:
-        if tp is not None or out_dir is not None or dtype is not None or hash_shards:
+        if tp is not None or out_dir is not None or dtype is not None or hash_shards or revision is not None:
             raise InvalidInputError("--check takes only the split directory (and optionally MODEL_DIR)")
-        _check(check, model_dir)
+        _check(check, Path(model_dir) if model_dir is not None else None)
         return
     if model_dir is None or tp is None or out_dir is None:
-        msg = "split needs MODEL_DIR, --tp and --out (or --check DIR)"
+        msg = "split needs MODEL (a directory or a repo id), --tp and --out (or --check DIR)"
         raise InvalidInputError(msg, hint="neuronc split MODEL_DIR --tp 8 --out DIR")
     from neuronc.checkpoint import split_checkpoint
+    from neuronc.locations import local_model_dir
+    from neuronc.model_source import checkpoint_dir
 
+    if revision is not None and local_model_dir(model_dir) is not None:
+        raise InvalidInputError(f"{model_dir}: --revision applies to a repo id, not to a local directory")
+    source = checkpoint_dir(model_dir, revision)
     with out.progress() as sink:
-        result = split_checkpoint(model_dir, out_dir, tp, dtype=dtype, progress=sink, hash=hash_shards)
+        result = split_checkpoint(source, out_dir, tp, dtype=dtype, progress=sink, hash=hash_shards)
     data = result.to_json()
 
     def render() -> None:
