@@ -14,9 +14,8 @@ fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@"; }
 pip install --upgrade pip
 pip install "torch==2.13.0"
-pip install -e ".[cpu,test,dev,remote]"
-# Optionally choose another transformers release (e.g. TRANSFORMERS_SPEC="transformers==4.57.1").
-if [ -n "${TRANSFORMERS_SPEC:-}" ]; then
-  pip install "$TRANSFORMERS_SPEC"
-fi
+# transformers 4.57.x (the series the Neuron SDK pins) unless TRANSFORMERS_SPEC picks another release
+# (e.g. "transformers>=5,<6"; the cpu extra allows both). One resolve, so that huggingface_hub and
+# tokenizers fit the transformers chosen.
+pip install -e ".[cpu,test,dev,remote]" "${TRANSFORMERS_SPEC:-transformers>=4.57,<4.58}"
 echo "neuronc is installed in $VENV: $("$VENV/bin/neuronc" --version)"

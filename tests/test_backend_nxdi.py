@@ -197,6 +197,40 @@ def test_presharded_compile_writes_model_pt_config_and_nxdi_rank_shards(
     assert result.extra["nxdi"]["model_class"].endswith(":NeuronLlamaForCausalLM")
 
 
+@pytest.mark.parametrize(
+    ("rope", "theta", "scaling"),
+    [
+        # As transformers 4.57 writes config.json: NxDI reads these keys as they are.
+        ({"rope_theta": 500000.0, "rope_scaling": None}, 500000.0, None),
+        # As transformers 5 writes it: one rope_parameters dict, no rope_theta.
+        ({"rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}, 500000.0, None),
+        (
+            {"rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0}},
+            500000.0,
+            {"rope_type": "llama3", "factor": 8.0},
+        ),
+    ],
+)
+def test_nxdi_gets_rope_theta_from_either_config_json_form(
+    sdk_doubles: Path,  # noqa: F811
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    rope: dict[str, object],
+    theta: float,
+    scaling: object,
+) -> None:
+    path = workspace / "llama" / "config.json"
+    config = json.loads(path.read_text())
+    for key in ("rope_theta", "rope_scaling", "rope_parameters"):
+        config.pop(key, None)
+    path.write_text(json.dumps({**config, **rope}))
+    job = make_job(spec_for(workspace, "presharded"), workspace / "llama", workspace)
+    _in_process(job, monkeypatch)
+    written = json.loads((job.artifacts_dir / "neuron_config.json").read_text())
+    assert written["rope_theta"] == theta
+    assert written["rope_scaling"] == scaling
+
+
 def test_on_load_bundle_is_self_contained_after_it_moves(
     sdk_doubles: Path,  # noqa: F811
     workspace: Path,

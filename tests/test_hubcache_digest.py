@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from neuronc.hfcompat import transformers_is_sdk_series, transformers_major
 from neuronc.hubcache import arch_digest, entry_hash, normalize_config, parse_registry_path, serialize_entry
 from neuronc.hubcache.configs import emulate_diff_dict, emulated_model_types, strip_whitelist
 
@@ -25,6 +26,10 @@ EXPECTED = json.loads((FIXTURE / "expected.json").read_text(encoding="utf-8"))
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared test vectors not found at {SHARED}")
 needs_transformers = pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
+# optimum-neuron 0.4.5's digest is transformers 4.57's to_diff_dict(); only 4.57.x can be the reference.
+needs_sdk_transformers = pytest.mark.skipif(
+    not transformers_is_sdk_series(), reason="the reference is transformers 4.57.x (optimum-neuron 0.4.5's pin)"
+)
 
 
 def _model_config(model_id: str) -> dict[str, Any]:
@@ -174,10 +179,16 @@ def _variants(raw: dict[str, Any]) -> list[dict[str, Any]]:
     for key in ("head_dim", "num_key_value_heads", "rope_theta", "rms_norm_eps"):
         drop.pop(key, None)
     out.append(drop)
+    # As transformers 5 writes config.json: rope_parameters, no rope_theta / rope_scaling.
+    v5 = copy.deepcopy(raw)
+    v5["rope_parameters"] = {"rope_theta": v5.pop("rope_theta", 10000.0), "rope_type": "default"}
+    v5.pop("rope_scaling", None)
+    v5["transformers_version"] = "5.23.0"
+    out.append(v5)
     return out
 
 
-@needs_transformers
+@needs_sdk_transformers
 @pytest.mark.parametrize("model_id", sorted(EXPECTED["models"]))
 def test_emulation_equals_transformers_to_diff_dict(model_id: str) -> None:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -226,7 +237,7 @@ def test_unknown_model_type_without_transformers_gives_no_digest(monkeypatch: py
     assert llama is not None and llama.method == "emulated"
 
 
-@needs_transformers
+@needs_sdk_transformers
 def test_unknown_model_type_with_transformers_is_exact() -> None:
     from transformers import GPT2Config
 
@@ -235,3 +246,34 @@ def test_unknown_model_type_with_transformers_is_exact() -> None:
     assert arch is not None and arch.method == "transformers" and arch.model_type == "gpt2"
     expected = strip_whitelist(GPT2Config.from_dict(raw).to_diff_dict())
     assert arch.config == expected
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS or transformers_major() == 4, reason="needs transformers 5")
+def test_transformers_5_gives_no_digest_for_types_outside_the_table() -> None:
+    """5.x's to_diff_dict() differs from 4.57's, so it cannot stand in for optimum-neuron 0.4.5's digest."""
+    raw = {"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 2}
+    assert normalize_config(raw, "text-generation") is None
+    assert normalize_config(raw, "text-generation", method="transformers") is None
+    llama = normalize_config(_model_config("example-org/tiny-llama"), "text-generation")
+    assert llama is not None and llama.method == "emulated"
+    assert llama.digest == EXPECTED["models"]["example-org/tiny-llama"]["lookup_digest"]["text-generation"]
+
+
+@pytest.mark.parametrize("model_id", sorted(EXPECTED["models"]))
+def test_a_config_json_written_by_transformers_5_is_hashed_as_4_57_reads_it(model_id: str) -> None:
+    """Whatever transformers is installed, the emulated digest of a 5.x-style config.json is 4.57's.
+
+    4.57 keeps rope_parameters as an unknown attribute and gives rope_theta its class default; the
+    reference values come from the table generated from 4.57.6, not from the installed transformers.
+    """
+    from neuronc.hubcache._config_defaults import CLASS_DEFAULTS
+
+    raw = _model_config(model_id)
+    v5 = {k: v for k, v in raw.items() if k not in ("rope_theta", "rope_scaling")}
+    v5["rope_parameters"] = {"rope_theta": 123456.0, "rope_type": "default"}
+    arch = normalize_config(v5, "text-generation")
+    assert arch is not None and arch.method == "emulated"
+    assert arch.config["rope_parameters"] == v5["rope_parameters"]
+    defaults = CLASS_DEFAULTS[raw["model_type"]]["overrides"]
+    if "rope_theta" in defaults:
+        assert arch.config["rope_theta"] == defaults["rope_theta"]

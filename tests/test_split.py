@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _checkpoints import fuse_mixtral_experts, save_pytorch_bin, saved_tensor_bytes
 from typer.testing import CliRunner
 
 from neuronc._output import out
@@ -22,6 +23,7 @@ from neuronc.checkpoint import (
     split_checkpoint,
 )
 from neuronc.cli import app
+from neuronc.hfcompat import transformers_major
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -52,14 +54,8 @@ def _configs() -> dict[str, Any]:
 
 
 FAMILIES = ["gpt2", "gpt_neox", "llama", "mistral", "mixtral", "opt", "phi3", "qwen2", "qwen3"]
-
-
-def _state_bytes(model: Any) -> dict[str, bytes]:
-    """The tensors save_pretrained writes, as raw bytes (tied duplicates dropped, as HF does)."""
-    return {
-        name: t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
-        for name, t in model.state_dict().items()
-    }
+# Round-tripped too: Mixtral with its experts fused, as transformers 5 can write it.
+LAYOUTS = [*FAMILIES, "mixtral-fused"]
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +68,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, di
         model = transformers.AutoModelForCausalLM.from_config(config)
         path = root / family
         model.save_pretrained(path)
-        with open_checkpoint(path) as ckpt:
-            saved = set(ckpt.tensors)
-        built[family] = (path, {k: v for k, v in _state_bytes(model).items() if k in saved})
+        # What is in the files, read with the safetensors library (not what the model holds in memory:
+        # transformers 5 fuses Mixtral's experts and renames GPT-NeoX's lm_head until it saves).
+        built[family] = (path, saved_tensor_bytes(path))
+    fused = root / "mixtral-fused"
+    fuse_mixtral_experts(built["mixtral"][0], fused)
+    built["mixtral-fused"] = (fused, saved_tensor_bytes(fused))
     return built
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", LAYOUTS)
 def test_round_trip_is_bit_identical(
     models: dict[str, tuple[Path, dict[str, bytes]]], family: str, tmp_path: Path
 ) -> None:
@@ -182,6 +181,31 @@ def test_mixtral_experts_split_per_expert_and_router_replicated(
         assert _entry(d, f"model.layers.0.block_sparse_moe.experts.{e}.w2.weight")["ranks"][0]["shape"] == [64, 24]
 
 
+def test_fused_mixtral_experts_split_inside_each_expert(
+    models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path
+) -> None:
+    split_checkpoint(models["mixtral-fused"][0], tmp_path / "w", 4)
+    d = tmp_path / "w"
+    assert _entry(d, "model.layers.0.mlp.gate.weight")["strategy"] == "replicate"
+    # gate_up_proj [4 experts, 96 gate | 96 up, 64]: each rank holds 24 gate and 24 up rows of every expert.
+    gate_up = _entry(d, "model.layers.0.mlp.experts.gate_up_proj")
+    assert (gate_up["strategy"], gate_up["dim"], gate_up["ranks"][1]["shape"]) == ("column", 1, [4, 48, 64])
+    assert gate_up["ranks"][1]["slices"] == [[24, 48], [120, 144]]
+    assert [p["name"] for p in gate_up["parts"]] == ["gate", "up"]
+    down = _entry(d, "model.layers.0.mlp.experts.down_proj")
+    assert (down["strategy"], down["dim"], down["ranks"][1]["shape"]) == ("row", 2, [4, 64, 24])
+    assert down["ranks"][1]["slices"] == [[24, 48]]
+
+
+@pytest.mark.skipif(transformers_major() == 4, reason="transformers 4.57 has no fused-expert layout")
+def test_fused_layout_is_what_transformers_5_writes(
+    models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path
+) -> None:
+    model = transformers.AutoModelForCausalLM.from_pretrained(models["mixtral"][0])
+    model.save_pretrained(tmp_path / "fused", save_original_format=False)
+    assert saved_tensor_bytes(tmp_path / "fused") == models["mixtral-fused"][1]
+
+
 # -- other input layouts -----------------------------------------------------------------------------
 
 
@@ -195,13 +219,16 @@ def llama_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ("kwargs", "files"),
     [
         ({"max_shard_size": "60KB"}, "model.safetensors.index.json"),
-        ({"safe_serialization": False}, "pytorch_model.bin"),
-        ({"safe_serialization": False, "max_shard_size": "60KB"}, "pytorch_model.bin.index.json"),
+        ({"bin": True}, "pytorch_model.bin"),
+        ({"bin": True, "max_shard_size": 60_000}, "pytorch_model.bin.index.json"),
     ],
 )
 def test_sharded_and_bin_inputs(llama_model: Any, tmp_path: Path, kwargs: dict[str, Any], files: str) -> None:
     src = tmp_path / "src"
-    llama_model.save_pretrained(src, **kwargs)
+    if kwargs.pop("bin", False):
+        save_pytorch_bin(llama_model, src, kwargs.get("max_shard_size"))
+    else:
+        llama_model.save_pretrained(src, **kwargs)
     assert (src / files).is_file()
     with open_checkpoint(src) as ckpt:
         assert ckpt.format == ("safetensors" if "safetensors" in files else "pytorch")
@@ -210,7 +237,9 @@ def test_sharded_and_bin_inputs(llama_model: Any, tmp_path: Path, kwargs: dict[s
         q = ckpt.read_tensor("model.layers.0.self_attn.q_proj.weight")
         assert torch.equal(q, llama_model.state_dict()["model.layers.0.self_attn.q_proj.weight"])
     split_checkpoint(src, tmp_path / "w", 4)
-    expected = _state_bytes(llama_model)
+    expected = {
+        n: t.contiguous().view(-1).view(torch.uint8).numpy().tobytes() for n, t in llama_model.state_dict().items()
+    }
     with open_split(tmp_path / "w") as split:
         for name in split.tensors:
             assert split.reassemble(name) == expected[name], name

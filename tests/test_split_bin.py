@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _checkpoints import save_pytorch_bin
 
 from neuronc.checkpoint import check_split, open_checkpoint, open_split, split_checkpoint
 from neuronc.checkpoint._torchzip import locate_tensors
@@ -43,7 +44,7 @@ def llama_bin(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     )
     model = transformers.AutoModelForCausalLM.from_config(config)
     src = tmp_path_factory.mktemp("bin") / "llama"
-    model.save_pretrained(src, safe_serialization=False)
+    save_pytorch_bin(model, src)
     assert (src / "pytorch_model.bin").is_file()
     return src, {k: v.clone() for k, v in model.state_dict().items()}
 

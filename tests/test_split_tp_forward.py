@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _checkpoints import fuse_mixtral_experts
 
 from neuronc.checkpoint import split_checkpoint
 
@@ -88,14 +89,43 @@ def _ln(s: Shards, prefix: str, x: Any, eps: float, rank: int = 0) -> Any:
     return F.layer_norm(x, x.shape[-1:], s.get(rank, f"{prefix}.weight"), s.get(rank, f"{prefix}.bias"), eps)
 
 
+def _rope_theta(cfg: Any) -> float:
+    # transformers 4.57 has config.rope_theta; 5.x moved it into config.rope_parameters.
+    params = getattr(cfg, "rope_parameters", None) or {}
+    return float(params.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0)
+
+
+def _rotary_pct(cfg: Any) -> float:
+    # GPT-NeoX: rotary_pct in 4.57, rope_parameters["partial_rotary_factor"] in 5.x.
+    params = getattr(cfg, "rope_parameters", None) or {}
+    return float(params.get("partial_rotary_factor") or cfg.rotary_pct)
+
+
+def _moe(s: Shards, cfg: Any, p: str, x: Any) -> Any:
+    """Mixtral's sparse MoE from fused expert shards: the router is replicated; every rank holds a
+    column slice of each expert's gate and up and the matching row slice of its down (all-reduced)."""
+    logits = x @ s.get(0, f"{p}.mlp.gate.weight").T
+    weights, chosen = logits.softmax(-1).topk(cfg.num_experts_per_tok, dim=-1)
+    weights = weights / weights.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(cfg.num_local_experts):
+        expert = 0
+        for r in range(s.tp):
+            gate, up = (x @ s.get(r, f"{p}.mlp.experts.gate_up_proj")[e].T).chunk(2, dim=-1)
+            expert = expert + (F.silu(gate) * up) @ s.get(r, f"{p}.mlp.experts.down_proj")[e].T
+        share = (weights * (chosen == e)).sum(-1, keepdim=True)  # 0 for tokens not routed to e
+        out = out + share * expert
+    return out
+
+
 # -- per-family forward passes ---------------------------------------------------------------------
 
 
-def _llama_like(s: Shards, cfg: Any, ids: Any, *, fused: bool) -> Any:
-    """Llama and Phi-3 (fused qkv_proj / gate_up_proj) decoders from rank shards."""
+def _llama_like(s: Shards, cfg: Any, ids: Any, *, fused: bool, moe: bool = False) -> Any:
+    """Llama, Phi-3 (fused qkv_proj / gate_up_proj) and Mixtral (fused experts) decoders from rank shards."""
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     hd = cfg.hidden_size // heads
-    eps, base = cfg.rms_norm_eps, getattr(cfg, "rope_theta", 10000.0)
+    eps, base = cfg.rms_norm_eps, _rope_theta(cfg)
     h = s.embed("model.embed_tokens.weight", ids)
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}"
@@ -112,6 +142,9 @@ def _llama_like(s: Shards, cfg: Any, ids: Any, *, fused: bool) -> Any:
             out = _attend(_rope(q, hd, base), _rope(k, hd, base), v)
             attn = attn + out @ s.get(r, f"{p}.self_attn.o_proj.weight").T  # row-parallel: all-reduce
         h = h + attn
+        if moe:
+            h = h + _moe(s, cfg, p, _rms(h, s.get(0, f"{p}.post_attention_layernorm.weight"), eps))
+            continue
         mlp = 0
         for r in range(s.tp):
             x = _rms(h, s.get(r, f"{p}.post_attention_layernorm.weight"), eps)
@@ -154,7 +187,7 @@ def _opt(s: Shards, cfg: Any, ids: Any) -> Any:
 
 def _gpt_neox(s: Shards, cfg: Any, ids: Any) -> Any:
     hd = cfg.hidden_size // cfg.num_attention_heads
-    rotary = int(hd * cfg.rotary_pct)
+    rotary = int(hd * _rotary_pct(cfg))
     eps = cfg.layer_norm_eps
     h = s.embed("gpt_neox.embed_in.weight", ids)
     for i in range(cfg.num_hidden_layers):
@@ -167,7 +200,7 @@ def _gpt_neox(s: Shards, cfg: Any, ids: Any) -> Any:
                 r, f"{p}.attention.query_key_value.bias"
             )
             q, k, v = qkv.view(SEQ, -1, 3 * hd).chunk(3, dim=-1)  # head-major fused layout
-            out = _attend(_rope(q, rotary, cfg.rope_theta), _rope(k, rotary, cfg.rope_theta), v)
+            out = _attend(_rope(q, rotary, _rope_theta(cfg)), _rope(k, rotary, _rope_theta(cfg)), v)
             attn = attn + out @ s.get(r, f"{p}.attention.dense.weight").T
             y = _ln(s, f"{p}.post_attention_layernorm", h, eps, r)
             inner = F.gelu(y @ s.get(r, f"{p}.mlp.dense_h_to_4h.weight").T + s.get(r, f"{p}.mlp.dense_h_to_4h.bias"))
@@ -218,6 +251,17 @@ def _case(name: str) -> tuple[Any, Any]:
             hidden_size=64, intermediate_size=96, num_attention_heads=8, num_key_value_heads=2, pad_token_id=0, **_SMALL
         )
         return cfg, lambda s, ids: _llama_like(s, cfg, ids, fused=True)
+    if name == "mixtral":
+        cfg = t.MixtralConfig(
+            hidden_size=64,
+            intermediate_size=96,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            **_SMALL,
+        )
+        return cfg, lambda s, ids: _llama_like(s, cfg, ids, fused=False, moe=True)
     if name == "opt":
         cfg = t.OPTConfig(hidden_size=64, ffn_dim=96, num_attention_heads=8, word_embed_proj_dim=64, **_SMALL)
         return cfg, lambda s, ids: _opt(s, cfg, ids)
@@ -238,7 +282,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any
     ids[:3] = torch.tensor([VOCAB - 1, VOCAB - 2, 0])  # ids on the last (padded) vocabulary shard too
     root = tmp_path_factory.mktemp("tp-forward")
     result = {}
-    for name in ("llama", "phi3", "opt", "gpt_neox", "gpt2"):
+    for name in ("llama", "phi3", "mixtral", "opt", "gpt_neox", "gpt2"):
         cfg, forward = _case(name)
         model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
         with torch.no_grad():
@@ -247,6 +291,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any
                 param.mul_(3.0)
             logits = model(ids[None]).logits[0]
         model.save_pretrained(root / name)
+        if name == "mixtral":  # the experts in transformers 5's fused layout
+            fuse_mixtral_experts(root / name, root / "mixtral-fused")
+            name = "mixtral-fused"
         result[name] = (root / name, (ids, logits), forward)
     return result
 
@@ -258,6 +305,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any
         ("llama", 4),  # GQA with fewer KV heads than tp: each KV head on 2 ranks
         ("llama", 8),  # each KV head on 4 ranks, one query head per rank
         ("phi3", 4),
+        ("mixtral-fused", 2),  # fused experts: each rank holds a slice of every expert
+        ("mixtral-fused", 4),
         ("opt", 4),
         ("opt", 8),
         ("gpt_neox", 4),

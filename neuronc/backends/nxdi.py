@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,9 +32,11 @@ from neuronc.backends._neuron_common import (
     logical_nc_config,
     model_type_of,
     read_manifest,
+    read_model_config,
 )
 from neuronc.backends.base import CompileJob, CompilePlan, CompileResult
 from neuronc.errors import InvalidInputError
+from neuronc.hfcompat import legacy_rope_fields
 
 if TYPE_CHECKING:
     from neuronc.profile import BuildSpec
@@ -183,7 +186,8 @@ class NxdiBackend(NeuronBackend):
 
         kwargs = neuron_config_kwargs(spec)
         neuron_config = model_cls.get_neuron_config_cls()(**kwargs)
-        config = model_cls.get_config_cls()(neuron_config, load_config=load_pretrained_config(str(job.checkpoint_dir)))
+        load_config = _with_legacy_rope(load_pretrained_config(str(job.checkpoint_dir)), job.checkpoint_dir)
+        config = model_cls.get_config_cls()(neuron_config, load_config=load_config)
         out = job.artifacts_dir
         task = job.progress.task(f"nxdi: compile {len(job.plan.graphs)} graph(s)", total=len(job.plan.graphs))
         start = time.monotonic()
@@ -243,6 +247,24 @@ def nxdi_load_snippet(bundle_dir: str, module_name: str, class_name: str, weight
         "generator = HuggingFaceGenerationAdapter(model)",
     ]
     return "\n".join(lines)
+
+
+def _with_legacy_rope(load_config: Callable[[Any], None], checkpoint_dir: Path) -> Callable[[Any], None]:
+    """NxDI's config loader, then ``rope_theta``/``rope_scaling`` in the 4.57 form when config.json lacks them.
+
+    NxD Inference is pinned to transformers 4.57 and requires ``rope_theta``; a checkpoint saved by
+    transformers 5 has only ``rope_parameters``, so NxDI would miss it (or, through 4.57's
+    AutoConfig, silently take the default 10000). The values come from config.json's own
+    ``rope_parameters``; a config.json with ``rope_theta`` is left exactly as NxDI read it.
+    """
+    legacy = legacy_rope_fields(read_model_config(checkpoint_dir))
+
+    def load(config: Any) -> None:
+        load_config(config)
+        for key, value in legacy.items():
+            setattr(config, key, value)
+
+    return load
 
 
 def _point_name_or_path_away(path: Path, spec: BuildSpec) -> None:

@@ -44,6 +44,7 @@ from neuronc.backends.base import (
     GraphSpec,
 )
 from neuronc.errors import InvalidInputError
+from neuronc.hfcompat import transformers_major
 
 if TYPE_CHECKING:
     from neuronc.profile import BuildSpec
@@ -223,7 +224,9 @@ def _load_model(spec: BuildSpec, checkpoint_dir: str) -> Any:
     import transformers
 
     auto = getattr(transformers, AUTO_CLASSES[spec.model.task])
-    kwargs: dict[str, Any] = {"torchscript": True}
+    # Tracing needs tuple outputs. transformers 4.57 spells that torchscript=True (which also implies
+    # return_dict=False); 5.x removed the torchscript config attribute and models reject the keyword.
+    kwargs: dict[str, Any] = {"torchscript": True} if transformers_major() == 4 else {"return_dict": False}
     if spec.model.task in LLM_TASKS:
         kwargs["use_cache"] = False
     model = auto.from_pretrained(checkpoint_dir, **kwargs)

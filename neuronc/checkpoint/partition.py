@@ -13,6 +13,9 @@
   by head (q, k, v of head 0, then head 1 ...), so whole head groups move together; GPT-2
   ``c_attn`` (a Conv1D, stored transposed as [in, out]) and Phi-3 ``qkv_proj`` are [q | k | v]
   blocks, each split by heads; Phi-3 ``gate_up_proj`` is [gate | up], each split evenly.
+* Fused MoE experts (transformers 5's Mixtral layout, one tensor per layer with the expert first)
+  are split inside each expert like the per-expert tensors: ``gate_up_proj`` [E, gate | up, hidden]
+  along dim 1, [gate | up] each evenly; ``down_proj`` [E, hidden, intermediate] along dim 2.
 
 A partition is described as data (``Partition``): for every rank, the ordered source ranges along
 one dimension that it holds, plus zero padding at the end. Splitting copies those ranges; reversing
@@ -180,6 +183,14 @@ _MIXTRAL_MOE = [
     _replicate(r"block_sparse_moe\.gate\.weight"),
     Rule(r"block_sparse_moe\.experts\.\d+\.w[13]\.weight", "column", 0, _rows),
     Rule(r"block_sparse_moe\.experts\.\d+\.w2\.weight", "row", 1, _rows),
+    # transformers 5 keeps the experts fused in memory, and save_pretrained(save_original_format=False)
+    # (or a save while offloaded) writes them so: mlp.experts.gate_up_proj [experts, gate | up, hidden]
+    # and mlp.experts.down_proj [experts, hidden, intermediate], router mlp.gate. Dimension 0 is the
+    # expert, so splitting dim 1 (gate and up each evenly) or dim 2 cuts every expert the way the
+    # per-expert w1/w3 and w2 rules above do.
+    _replicate(r"mlp\.gate\.weight"),
+    Rule(r"mlp\.experts\.gate_up_proj", "column", 1, _gate_up),
+    Rule(r"mlp\.experts\.down_proj", "row", 2, _rows),
 ]
 _PHI3 = [
     Rule(r"embed_tokens\.weight", "vocab", 0, _vocab),

@@ -5,9 +5,12 @@ whitelist. ``to_diff_dict()`` keeps a key when it is not a base ``PretrainedConf
 when it differs from the base default or from the model class's default. neuronc reproduces this
 from a table of defaults generated from transformers 4.57.6 (``_config_defaults.py``) plus the few
 values each config class derives in its ``__init__`` (``head_dim``, ``num_key_value_heads``,
-``layer_types`` ...). For a model type outside the table, transformers is imported lazily, only
-if it is installed (``method == "transformers"``); otherwise there is no digest and lookups fall
-back to comparing architecture fields directly.
+``layer_types`` ...). The emulation reads config.json as 4.57 would whichever transformers is
+installed, including a config.json that transformers 5 wrote (its ``rope_parameters`` is an unknown
+key to 4.57, kept as is, and ``rope_theta`` takes 4.57's class default), because that is what
+optimum-neuron 0.4.5 hashes. For a model type outside the table, transformers is imported lazily,
+only if the installed one is 4.57.x (``method == "transformers"``); otherwise (not installed, or
+5.x) there is no digest and lookups fall back to comparing architecture fields directly.
 """
 
 from __future__ import annotations
@@ -267,7 +270,14 @@ _RULES: dict[str, tuple[Rule, ...]] = {
 
 
 def _diff_dict_with_transformers(raw: Mapping[str, Any], task: str) -> dict[str, Any] | None:
-    """The exact path for model types outside the table: needs transformers (imported here only)."""
+    """The exact path for model types outside the table: needs transformers 4.57.x (imported here only)."""
+    from neuronc.hfcompat import transformers_is_sdk_series
+
+    # optimum-neuron 0.4.5 pins transformers 4.57, and its digest is 4.57's to_diff_dict(). 5.x
+    # serialises configs differently (rope_parameters instead of rope_theta/rope_scaling, fewer
+    # generation defaults), so its to_diff_dict() would give a digest no 0.4.5 entry has.
+    if not transformers_is_sdk_series():
+        return None
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     except ImportError:

@@ -377,14 +377,26 @@ def model_context(
     if config is not None:
         arch = normalize_config(config, task)
         if arch is None:
-            model_type = config.get("model_type")
-            notes.append(
-                f"model type {model_type!r} is outside neuronc's table and transformers is not installed: "
-                "architecture not compared, entries matched by model id only"
-            )
+            notes.append(_no_digest_note(config.get("model_type")))
     else:
         notes.append(f"architecture not checked, entries matched by model id only: {where}")
     return ModelContext(hub_id, task, arch, where, notes)
+
+
+def _no_digest_note(model_type: Any) -> str:
+    from neuronc.hfcompat import SDK_SERIES, transformers_version
+
+    version = transformers_version()
+    why = (
+        "transformers is not installed"
+        if version is None
+        else f"transformers {version} is installed, and optimum-neuron 0.4.5 digests configs as {SDK_SERIES}.x "
+        "serialises them"
+    )
+    return (
+        f"model type {model_type!r} is outside neuronc's table and {why}: "
+        "architecture not compared, entries matched by model id only"
+    )
 
 
 @dataclass

@@ -662,6 +662,13 @@ def _is_network_error(exc: BaseException) -> bool:
 
     if isinstance(exc, OfflineModeIsEnabled | requests.ConnectionError | requests.Timeout):
         return True
+    # huggingface_hub 1.x and later (which transformers 5 requires) talk HTTP through httpx (2.x
+    # through its fork httpx2) instead of requests: connection failures and timeouts are its
+    # TransportError. Matched by name so neither package needs to be importable.
+    if any(
+        c.__name__ == "TransportError" and c.__module__.split(".")[0] in ("httpx", "httpx2") for c in type(exc).__mro__
+    ):
+        return True
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return exc.response.status_code >= 500 or exc.response.status_code == 429
     return False
