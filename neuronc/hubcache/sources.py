@@ -657,18 +657,20 @@ def _short(exc: BaseException) -> str:
 
 
 def _is_network_error(exc: BaseException) -> bool:
-    import requests
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-    if isinstance(exc, OfflineModeIsEnabled | requests.ConnectionError | requests.Timeout):
+    if isinstance(exc, OfflineModeIsEnabled):
         return True
-    # huggingface_hub 1.x and later (which transformers 5 requires) talk HTTP through httpx (2.x
-    # through its fork httpx2) instead of requests: connection failures and timeouts are its
-    # TransportError. Matched by name so neither package needs to be importable.
-    if any(
-        c.__name__ == "TransportError" and c.__module__.split(".")[0] in ("httpx", "httpx2") for c in type(exc).__mro__
-    ):
-        return True
+    # huggingface_hub 0.x talks HTTP through requests (ConnectionError, Timeout); 1.x and later,
+    # which transformers 5 requires, through httpx (2.x: its fork httpx2), whose connection failures
+    # and timeouts are TransportError. Matched by package and class name: only one of these HTTP
+    # libraries is installed (requests is absent beside huggingface_hub 2.x).
+    for cls in type(exc).__mro__:
+        package = cls.__module__.split(".")[0]
+        if package == "requests" and cls.__name__ in ("ConnectionError", "Timeout"):
+            return True
+        if package in ("httpx", "httpx2") and cls.__name__ == "TransportError":
+            return True
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return exc.response.status_code >= 500 or exc.response.status_code == 429
     return False
