@@ -186,8 +186,9 @@ def default_cache_dir(url: str) -> Path:
 
 # Client libraries raise their own exception types (botocore's NoCredentialsError is not an
 # OSError); treat those as storage errors too, so they get a message and exit 5, not a traceback.
+# huggingface_hub talks HTTP through requests (0.x) or httpx (1.x; 2.x uses its fork httpx2).
 _STORAGE_ERROR_MODULES = frozenset(
-    {"botocore", "aiobotocore", "s3fs", "fsspec", "aiohttp", "huggingface_hub", "requests"}
+    {"botocore", "aiobotocore", "s3fs", "fsspec", "aiohttp", "huggingface_hub", "requests", "httpx", "httpx2"}
 )
 
 
