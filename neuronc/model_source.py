@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import CheckpointError
+from neuronc.errors import CheckpointError, InvalidInputError
 from neuronc.locations import local_model_dir
 
 if TYPE_CHECKING:
@@ -129,9 +129,15 @@ def checkpoint_dir(model: str, revision: str | None = None) -> Path:
     ("org/name") found in the Hugging Face cache or downloaded (safetensors, configs, tokenizer).
 
     Anything else comes back as a path, for the checkpoint reader to say what is wrong with it.
+
+    Raises:
+        InvalidInputError: ``revision`` given for a local directory.
+        CheckpointError: a repo id that is neither cached nor downloadable.
     """
     directory = local_model_dir(model)
     if directory is not None:
+        if revision is not None:
+            raise InvalidInputError(f"{model}: --revision applies to a repo id, not to a local directory")
         return directory
     if not _REPO_ID_RE.match(model) or Path(model).exists():
         return Path(model)

@@ -63,11 +63,8 @@ def split_command(
         msg = "split needs MODEL (a directory or a repo id), --tp and --out (or --check DIR)"
         raise InvalidInputError(msg, hint="neuronc split MODEL_DIR --tp 8 --out DIR")
     from neuronc.checkpoint import split_checkpoint
-    from neuronc.locations import local_model_dir
     from neuronc.model_source import checkpoint_dir
 
-    if revision is not None and local_model_dir(model_dir) is not None:
-        raise InvalidInputError(f"{model_dir}: --revision applies to a repo id, not to a local directory")
     source = checkpoint_dir(model_dir, revision)
     with out.progress() as sink:
         result = split_checkpoint(source, out_dir, tp, dtype=dtype, progress=sink, hash=hash_shards)
