@@ -39,15 +39,15 @@ from neuronc.errors import (
     NeuroncError,
     log_tail,
 )
-from neuronc.locations import MODEL_FILES
-from neuronc.model_source import resolve_checkpoint, resolve_revision
+from neuronc.model.files import MODEL_FILES
+from neuronc.model.source import resolve_checkpoint, resolve_revision
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
     from neuronc.backends.base import Availability, Backend, CompilePlan, CompileResult
     from neuronc.keys import ConfigKey
-    from neuronc.profile import BuildSpec
     from neuronc.remote_store import RemoteStore
+    from neuronc.spec import BuildSpec
     from neuronc.store import Store
 
     # A local directory store or a remote one (s3://, hf://): the pipeline uses what both provide.

@@ -7,6 +7,7 @@ and an optional hint that tells the user what to do next. Library code raises th
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,8 +139,85 @@ class BackendUnavailableError(EnvironmentIncompatibleError):
     kind = "backend_unavailable"
 
 
+class DiskFullError(EnvironmentIncompatibleError):
+    """A write ran out of space (or quota): the environment cannot hold what the job produces."""
+
+    kind = "disk_full"
+
+
+class RemoteStoreError(EnvironmentIncompatibleError):
+    """A remote store could not be read or written (network, credentials, missing bucket, timeout)."""
+
+    kind = "remote_store_error"
+
+
 class CacheMissError(NeuroncError):
     """A store or cache lookup missed where a hit was required (``--require-hit``, offline)."""
 
     exit_code = EXIT_MISS
     kind = "cache_miss"
+
+
+# ------------------------------------------------------------------------------------------------
+# Foreign exceptions, recognised in one place
+# ------------------------------------------------------------------------------------------------
+
+# Client libraries raise their own exception types (botocore's NoCredentialsError is not an
+# OSError). huggingface_hub talks HTTP through requests (0.x) or httpx (1.x; 2.x uses its fork
+# httpx2); only one of them is installed, so they are matched by package name, not imported.
+CLIENT_LIBRARY_PACKAGES = frozenset(
+    {
+        "botocore",
+        "aiobotocore",
+        "s3fs",
+        "fsspec",
+        "aiohttp",
+        "huggingface_hub",
+        "requests",
+        "httpx",
+        "httpx2",
+        "urllib3",
+    }
+)
+_NETWORK_CLASS_NAMES = {
+    "requests": frozenset({"ConnectionError", "Timeout"}),
+    "httpx": frozenset({"TransportError"}),
+    "httpx2": frozenset({"TransportError"}),
+    "urllib3": frozenset({"MaxRetryError", "NewConnectionError", "TimeoutError", "ProtocolError"}),
+    "aiohttp": frozenset({"ClientConnectionError", "ServerTimeoutError"}),
+    "botocore": frozenset({"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionError"}),
+}
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _packages(exc: BaseException) -> list[tuple[str, str]]:
+    return [(cls.__module__.split(".")[0], cls.__name__) for cls in type(exc).__mro__]
+
+
+def is_client_library_error(exc: BaseException) -> bool:
+    """An exception raised by a storage or HTTP client library (S3, the Hub, fsspec)."""
+    return any(package in CLIENT_LIBRARY_PACKAGES for package, _ in _packages(exc))
+
+
+def is_network_error(exc: BaseException) -> bool:
+    """A connection failure or timeout, from the standard library or a client library."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    return any(name in _NETWORK_CLASS_NAMES.get(package, ()) for package, name in _packages(exc))
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """ENOSPC or EDQUOT anywhere in the exception's chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def short_reason(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an exception's message for people (its class name when it has none)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first if len(first) <= limit else first[: limit - 3] + "..."

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # Flags that libneuronxla's cache wrapper consumes and that do not reach the compiler: they change
 # where artifacts are cached, not what is compiled (reference/neuron-apis.md §3.4).
@@ -65,7 +65,7 @@ def model_identity(
     spec: BuildSpec, *, resolved_revision: str | None = None, base_dir: Path | None = None
 ) -> dict[str, Any]:
     """Hub id + revision, or for a local directory a fingerprint of config.json and checkpoint headers."""
-    from neuronc.locations import local_model_dir
+    from neuronc.model.files import local_model_dir
 
     directory = local_model_dir(spec.model.id, base_dir)
     if directory is not None:

@@ -1,4 +1,6 @@
-"""Where things live: neuronc's user cache directory, local model directories, model config files.
+"""Where neuronc keeps things: its user cache directory.
+
+A model's own files (local directories, config.json) are found by ``neuronc.model``.
 
 Kept free of heavy imports: the light commands (validate, cache-lookup, inspect) use it.
 """
@@ -8,24 +10,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-# Files a bundle carries from its checkpoint into model/: configs and tokenizers; never weights,
-# never code. Serving stacks tokenize from them without the original checkpoint.
-MODEL_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "spiece.model",
-    "vocab.json",
-    "vocab.txt",
-    "merges.txt",
-    "chat_template.json",
-    "chat_template.jinja",
-)
 
 
 def user_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -42,15 +26,3 @@ def user_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     if xdg and os.path.isabs(xdg):
         return Path(xdg) / "neuronc"
     return Path.home() / ".cache" / "neuronc"
-
-
-def local_model_dir(model_id: str, base_dir: Path | None = None) -> Path | None:
-    """``model.id`` as a local directory if it is one: relative to ``base_dir`` (the profile's
-    directory) first, then to the working directory."""
-    candidates = [Path(model_id).expanduser()]
-    if base_dir is not None and not Path(model_id).is_absolute():
-        candidates.insert(0, base_dir / model_id)
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    return None

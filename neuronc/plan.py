@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from neuronc.errors import PreflightError
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 GIB = 1024**3
 MIB = 1024**2
@@ -496,10 +496,10 @@ def load_model_config(spec: BuildSpec) -> dict[str, Any] | None:
     """The model's config.json from a local directory or the local Hugging Face cache (no network)."""
     from pathlib import Path
 
-    from neuronc.profile import read_local_model_config
+    from neuronc.model.files import find_model_config
 
     base_dir = Path(spec.profile_path).parent if spec.profile_path else None
-    return read_local_model_config(spec.model.id, spec.model.revision, base_dir)
+    return find_model_config(spec.model.id, spec.model.revision, base_dir)
 
 
 def smallest_fitting_tp(spec: BuildSpec, model_config: Mapping[str, Any]) -> int | None:

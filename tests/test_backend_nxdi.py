@@ -100,15 +100,14 @@ def test_single_buckets_turn_bucketing_off_and_weights_mode_picks_sharding(works
 def test_extra_neuron_config_is_passed_through_but_cannot_override_profile_fields(workspace: Path) -> None:
     spec = spec_for(workspace, extra="options: {neuron_config: {fused_qkv: true}}\n")
     assert neuron_config_kwargs(spec)["fused_qkv"] is True
-    bad = spec_for(workspace, extra="options: {neuron_config: {tp_degree: 4}}\n")
-    with pytest.raises(InvalidInputError, match="tp_degree"):
-        get_backend("nxdi").plan(bad)
+    with pytest.raises(InvalidInputError) as info:
+        spec_for(workspace, extra="options: {neuron_config: {tp_degree: 4}}\n")
+    assert "tp_degree" in "\n".join(info.value.details)
 
 
 def test_unknown_option_is_reported_with_a_suggestion(workspace: Path) -> None:
-    spec = spec_for(workspace, extra="options: {logical_nc_confg: 1}\n")
     with pytest.raises(InvalidInputError) as info:
-        get_backend("nxdi").plan(spec)
+        spec_for(workspace, extra="options: {logical_nc_confg: 1}\n")
     assert "Did you mean 'logical_nc_config'?" in info.value.details[0]
 
 

@@ -92,9 +92,8 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
         ("options: {inputs: []}", "non-empty list"),
         ("options: {input: [a]}", "Did you mean 'inputs'"),
     ):
-        spec = make_spec(base + options, tmp_path)
         with pytest.raises(InvalidInputError) as info:
-            get_backend("torch-neuronx").plan(spec)
+            make_spec(base + options, tmp_path)
         assert match in str(info.value) + " ".join(info.value.details)
 
 

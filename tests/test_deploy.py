@@ -23,7 +23,7 @@ from neuronc.cli import app
 from neuronc.deploy import DeployOptions, render
 from neuronc.errors import InvalidInputError
 from neuronc.keys import config_key
-from neuronc.profile import ResolvedSequence
+from neuronc.spec import ResolvedSequence
 
 SEQ = ResolvedSequence(
     max_length=4096, max_context_length=2048, context_buckets=(512, 1024, 2048), token_buckets=(2048, 4096)

@@ -81,7 +81,7 @@ description: something else entirely
         ("revision: abc123", "revision: def456"),
         ("id: org/model", "id: org/other"),
         ("target: inf2", "target: trn1"),
-        ("backend: nxdi", "backend: optimum-neuron"),
+        ("backend: nxdi", "backend: transformers-neuronx"),
     ],
 )
 def test_compile_relevant_changes_move_the_hash(old: str, new: str) -> None:

@@ -138,7 +138,7 @@ def test_unpinned_hub_revision_warns() -> None:
 def test_size_limit(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * 300_000 + "\n")
-    with pytest.raises(ProfileError, match="limit is 262144"):
+    with pytest.raises(ProfileError, match=r"the limit is 256\.0 KiB"):
         load_profile(big)
 
 

@@ -30,14 +30,15 @@ from neuronc.backends.base import (
     CompilePlan,
     CompileResult,
     GraphSpec,
+    SpecProblem,
     distribution_version,
     module_present,
 )
 from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError, log_tail
-from neuronc.locations import MODEL_FILES, local_model_dir
+from neuronc.model.files import MODEL_FILES, local_model_dir
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # Import names of the distributions the Neuron backends use (reference/neuron-apis.md §6).
 IMPORT_NAMES: dict[str, str] = {
@@ -330,7 +331,7 @@ def job_to_json(job: CompileJob, backend: str) -> dict[str, Any]:
 
 
 def job_from_json(data: Mapping[str, Any]) -> CompileJob:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
     plan = data["plan"]
     graphs = tuple(GraphSpec(g["role"], int(g["batch"]), int(g["bucket"])) for g in plan["graphs"])
@@ -459,12 +460,20 @@ class NeuronBackend(BackendBase):
                 versions[package] = distribution_version(package)
         return versions
 
-    def check_spec(self, spec: BuildSpec) -> None:
+    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
+        """The problems ``check_spec_or_raise`` finds, for the profile loader to place."""
+        try:
+            self.check_spec_or_raise(spec)
+        except InvalidInputError as exc:
+            return [SpecProblem(("options",), line) for line in (exc.details or [exc.message])]
+        return ()
+
+    def check_spec_or_raise(self, spec: BuildSpec) -> None:
         """Backend-specific checks of a spec that the profile schema cannot express."""
         check_options(spec, self.options_help)
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
-        self.check_spec(spec)
+        self.check_spec_or_raise(spec)
         return super().plan(spec)
 
     def compile(self, job: CompileJob) -> CompileResult:
@@ -473,7 +482,7 @@ class NeuronBackend(BackendBase):
         if not availability.available:
             msg = f"backend '{self.name}' cannot compile here: {availability.reason}"
             raise BackendUnavailableError(msg, hint=availability.install_hint)
-        self.check_spec(job.spec)
+        self.check_spec_or_raise(job.spec)
         return run_isolated(self, job)
 
     def compile_env(self, job: CompileJob) -> dict[str, str]:

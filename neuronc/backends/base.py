@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from pydantic import BaseModel
+
+    from neuronc.spec import BuildSpec
 
 ROLE_CONTEXT = "context_encoding"
 ROLE_TOKEN = "token_generation"
@@ -26,6 +29,40 @@ _ROLE_SHORT = {ROLE_CONTEXT: "cte", ROLE_TOKEN: "tkg", ROLE_ENCODER: "enc"}
 
 LLM_TASKS = frozenset({"text-generation"})
 ENCODER_TASKS = frozenset({"feature-extraction", "text-classification", "fill-mask", "token-classification"})
+
+
+GIB = 1024**3
+
+
+class CompilerFlagsMode(StrEnum):
+    """How a backend applies compiler flags (what the config hash may count as applied)."""
+
+    # Nothing reads compiler flags: ``compiler.flags`` in a profile is refused at validate time.
+    NONE = "none"
+    # The profile's ``compiler.flags`` reach the compiler; NEURON_CC_FLAGS is not read.
+    PROFILE = "profile"
+    # The profile's flags and NEURON_CC_FLAGS from the environment both reach the compiler.
+    PROFILE_AND_ENV = "profile+env"
+
+
+@dataclass(frozen=True)
+class HostRamModel:
+    """Host RAM while compiling: base + weights_factor × weights held + per_graph × parallel graphs."""
+
+    base_bytes: int
+    weights_factor: float
+    per_graph_bytes: int
+    # Whether each parallel graph process holds its own copy of the weights (inductor workers do).
+    weights_per_graph: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """A backend's objection to a build, at a field of the profile (``("options", "neuron_config", "x")``)."""
+
+    path: tuple[str | int, ...]
+    message: str
 
 
 @dataclass(frozen=True)
@@ -104,7 +141,11 @@ class CompileResult:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What every backend provides; see BackendBase for the shared defaults."""
+    """What every backend provides, and every capability the pipeline asks of it.
+
+    See BackendBase for the shared defaults. Nothing outside ``neuronc.backends`` names a backend:
+    profile checks, keys, the memory pre-flight, the pipeline, ``run`` and deploy ask these.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -113,8 +154,26 @@ class Backend(Protocol):
     tasks: ClassVar[frozenset[str]]
     weights_modes: ClassVar[frozenset[str]]
     requires_tp_divides_heads: ClassVar[bool]
+    # Whether compile reads neuronc's rank shards (weights/); when not, the pipeline does not write them.
+    consumes_rank_shards: ClassVar[bool]
+    # How profile compiler flags and NEURON_CC_FLAGS reach the compiler (and so enter the config hash).
+    compiler_flags_mode: ClassVar[CompilerFlagsMode]
+    # The memory model for compiling on the host (None: unknown, no host-RAM estimate).
+    host_ram: ClassVar[HostRamModel | None]
+    # The distribution whose version names the toolchain in store paths ("torch", "optimum-neuron").
+    toolchain_package: ClassVar[str | None]
+    # The pydantic model of this backend's ``options:`` (unknown keys are profile errors with positions).
+    options_model: ClassVar[type[BaseModel] | None]
+    # Whether bundles of this backend can be loaded and run on this kind of machine (``neuronc run``).
+    can_run: ClassVar[bool]
+    # Whether the Hugging Face Neuron cache (optimum-neuron's registry) describes this backend's builds.
+    uses_hf_neuron_cache: ClassVar[bool]
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
+
+    def tp_degree_problem(self, tp: int, target: str, degrees: Collection[int]) -> str: ...
+
+    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]: ...
 
     def availability(self) -> Availability: ...
 
@@ -123,6 +182,8 @@ class Backend(Protocol):
     def plan(self, spec: BuildSpec) -> CompilePlan: ...
 
     def compile(self, job: CompileJob) -> CompileResult: ...
+
+    def load(self, bundle_dir: str | Path) -> Any: ...
 
     def load_snippet(self, bundle_dir: str) -> str | None: ...
 
@@ -176,6 +237,13 @@ class BackendBase:
     tasks: ClassVar[frozenset[str]] = LLM_TASKS
     weights_modes: ClassVar[frozenset[str]] = frozenset({"presharded", "on-load", "reference"})
     requires_tp_divides_heads: ClassVar[bool] = True
+    consumes_rank_shards: ClassVar[bool] = True
+    compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
+    host_ram: ClassVar[HostRamModel | None] = None
+    toolchain_package: ClassVar[str | None] = None
+    options_model: ClassVar[type[BaseModel] | None] = None
+    can_run: ClassVar[bool] = False
+    uses_hf_neuron_cache: ClassVar[bool] = False
     # Distributions that make up this backend's toolchain, in display order.
     packages: ClassVar[tuple[str, ...]] = ()
     # Distributions that must be present for the backend to run.
@@ -186,6 +254,14 @@ class BackendBase:
         if target == "trn2" and int(options.get("logical_nc_config", 2)) == 1:
             return TRN2_TP_DEGREES_LNC1
         return NXD_TP_DEGREES.get(target)
+
+    def tp_degree_problem(self, tp: int, target: str, degrees: Collection[int]) -> str:
+        """Why ``tp`` is refused on ``target`` (the profile loader puts it at ``tp_degree``)."""
+        return f"{tp} is not supported on {target} by '{self.name}'; allowed: {format_ranges(degrees)}"
+
+    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
+        """Backend-specific checks of a build that the profile schema cannot express."""
+        return ()
 
     def availability(self) -> Availability:
         versions = self.toolchain_versions()
@@ -225,5 +301,21 @@ class BackendBase:
         msg = f"backend '{self.name}' cannot compile here"
         raise BackendUnavailableError(msg, hint=self.install_hint)
 
+    def load(self, bundle_dir: str | Path) -> Any:
+        from neuronc.errors import BackendUnavailableError
+
+        msg = f"bundles of backend '{self.name}' cannot run here: neuronc has no runtime for them"
+        raise BackendUnavailableError(
+            msg, hint="run it on its target with the backend's own runtime (see `neuronc inspect`)"
+        )
+
     def load_snippet(self, bundle_dir: str) -> str | None:
         return None
+
+
+def format_ranges(values: Collection[int]) -> str:
+    """``1 to 64`` for a contiguous run longer than six, else ``1, 2, 4, 8``."""
+    ordered = sorted(values)
+    if len(ordered) > 6 and ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"{ordered[0]} to {ordered[-1]}"
+    return ", ".join(str(v) for v in ordered)

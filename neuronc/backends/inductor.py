@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -36,7 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, Field, ValidationError
+
 from neuronc.backends.base import (
+    GIB,
     ROLE_CONTEXT,
     ROLE_TOKEN,
     BackendBase,
@@ -44,13 +46,16 @@ from neuronc.backends.base import (
     CompileJob,
     CompilePlan,
     CompileResult,
+    CompilerFlagsMode,
     GraphSpec,
+    HostRamModel,
 )
 from neuronc.errors import CompileError, InvalidInputError, log_tail
+from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:
     from neuronc.backends._inductor_runtime import InductorRunner
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # Bump when the wrappers, the graph calling convention or the artifact layout change: it is part of
 # every graph cache key and of artifacts/inductor.json.
@@ -58,7 +63,6 @@ GRAPH_FORMAT = 2
 INDEX_NAME = "inductor.json"
 GRAPH_CACHE_ENV = "NEURONC_GRAPH_CACHE"
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
-OPTION_KEYS = ("inductor_config",)
 # config.json fields that do not change a compiled graph.
 _CONFIG_IGNORED = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "architectures"})
 _LOG_TAIL_LINES = 40
@@ -229,8 +233,25 @@ class _Pending:
     log_path: Path
 
 
+class InductorOptions(StrictModel):
+    """``options:`` of the inductor backend."""
+
+    inductor_config: dict[str, Any] = Field(
+        default_factory=dict, description="torch._inductor.config names and values for AOTInductor"
+    )
+
+
 class InductorBackend(BackendBase):
     name: ClassVar[str] = "inductor"
+    # Inductor takes no compiler flags (its knobs are options.inductor_config).
+    compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
+    # reference/cpu-aot-inductor.md: a 254M-parameter fp32 model (1.0 GB) peaked at 3.5 GB per graph process.
+    host_ram: ClassVar[HostRamModel | None] = HostRamModel(
+        int(0.5 * GIB), 0.0, int(1.5 * GIB), True, "each graph process loads the model and binds 2× its weights"
+    )
+    toolchain_package: ClassVar[str | None] = "torch"
+    can_run: ClassVar[bool] = True
+    options_model: ClassVar[type[BaseModel] | None] = InductorOptions
     description: ClassVar[str] = "embedded CPU backend: torch.export + AOTInductor, one graph per bucket"
     targets: ClassVar[frozenset[str]] = frozenset({"cpu"})
     amp: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16"})
@@ -241,6 +262,12 @@ class InductorBackend(BackendBase):
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         return frozenset({1})
+
+    def tp_degree_problem(self, tp: int, target: str, degrees: Collection[int]) -> str:
+        from neuronc.backends import backend_names
+
+        others = [n for n in backend_names() if n != self.name]
+        return f"the inductor backend runs tp_degree 1 only; use one of {', '.join(others)} for tensor parallelism"
 
     def toolchain_versions(self) -> dict[str, str | None]:
         versions = super().toolchain_versions()
@@ -421,15 +448,12 @@ class InductorBackend(BackendBase):
 
 
 def _check_options(spec: BuildSpec) -> None:
+    """The profile loader checks the same; this guards BuildSpecs made in Python."""
     problems = []
-    for key in spec.options:
-        if key not in OPTION_KEYS:
-            close = difflib.get_close_matches(key, OPTION_KEYS, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
-            problems.append(f"options.{key}: unknown inductor option.{hint} Allowed: {', '.join(OPTION_KEYS)}")
-    config = spec.options.get("inductor_config")
-    if config is not None and not isinstance(config, dict):
-        problems.append("options.inductor_config: must be a mapping of torch._inductor config names to values")
+    try:
+        InductorOptions.model_validate(spec.options)
+    except ValidationError as exc:
+        problems += [f"options.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
     if spec.compiler_flags:
         problems.append(
             "compiler.flags: the inductor backend takes no compiler flags; "

@@ -34,12 +34,12 @@ from neuronc.backends._neuron_common import (
     read_manifest,
     read_model_config,
 )
-from neuronc.backends.base import CompileJob, CompilePlan, CompileResult
+from neuronc.backends.base import GIB, CompileJob, CompilePlan, CompileResult, HostRamModel
 from neuronc.errors import InvalidInputError
 from neuronc.hfcompat import legacy_rope_fields
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # model_type -> (module, class), from NxDI's own registries (utils/constants.py MODEL_TYPES and
 # inference_demo.py); text-only causal LMs.
@@ -127,6 +127,12 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
 
 class NxdiBackend(NeuronBackend):
     name: ClassVar[str] = "nxdi"
+    # NxD traces the whole model on the host before neuronx-cc runs: Llama-3.1-8B (16 GB bf16) is killed
+    # during HLO generation on a 32 GB host, so 2× weights + base.
+    host_ram: ClassVar[HostRamModel | None] = HostRamModel(
+        4 * GIB, 2.0, 2 * GIB, False, "HLO generation holds ~2× the weights; neuronx-cc per graph"
+    )
+    toolchain_package: ClassVar[str | None] = "neuronx-distributed-inference"
     description: ClassVar[str] = "NxD Inference: NeuronConfig/InferenceConfig, Neuron<Arch>ForCausalLM.compile()"
     packages: ClassVar[tuple[str, ...]] = (
         "neuronx-cc",
@@ -154,8 +160,8 @@ class NxdiBackend(NeuronBackend):
         "model_class": "'module:Class' to use instead of the model_type's Neuron<Arch>ForCausalLM",
     }
 
-    def check_spec(self, spec: BuildSpec) -> None:
-        super().check_spec(spec)
+    def check_spec_or_raise(self, spec: BuildSpec) -> None:
+        super().check_spec_or_raise(spec)
         extra = spec.options.get("neuron_config")
         if extra is not None and not isinstance(extra, dict):
             msg = "options.neuron_config must be a mapping of NeuronConfig keyword arguments"

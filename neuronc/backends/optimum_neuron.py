@@ -29,11 +29,20 @@ from neuronc.backends._neuron_common import (
     is_hub_id,
     platform_target,
 )
-from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, CompileJob, CompilePlan, CompileResult, GraphSpec
+from neuronc.backends.base import (
+    GIB,
+    ROLE_CONTEXT,
+    ROLE_TOKEN,
+    CompileJob,
+    CompilePlan,
+    CompileResult,
+    GraphSpec,
+    HostRamModel,
+)
 from neuronc.errors import InvalidInputError
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # NxDNeuronConfig fields neuronc sets from the profile; options.neuron_config may set the others.
 _MANAGED = frozenset(
@@ -107,6 +116,9 @@ def continuous_batching(spec: BuildSpec) -> bool:
 
 class OptimumNeuronBackend(NeuronBackend):
     name: ClassVar[str] = "optimum-neuron"
+    host_ram: ClassVar[HostRamModel | None] = HostRamModel(4 * GIB, 2.0, 2 * GIB, False, "NxD tracing, as nxdi")
+    toolchain_package: ClassVar[str | None] = "optimum-neuron"
+    uses_hf_neuron_cache: ClassVar[bool] = True
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"
     packages: ClassVar[tuple[str, ...]] = (
         "optimum-neuron",
@@ -126,8 +138,8 @@ class OptimumNeuronBackend(NeuronBackend):
         "neuron_config": "NxDNeuronConfig fields to override, e.g. {on_device_sampling: false}",
     }
 
-    def check_spec(self, spec: BuildSpec) -> None:
-        super().check_spec(spec)
+    def check_spec_or_raise(self, spec: BuildSpec) -> None:
+        super().check_spec_or_raise(spec)
         seq = spec.sequence
         if seq.context_buckets != (seq.max_context_length,) or seq.token_buckets != (seq.max_length,):
             msg = (
@@ -145,7 +157,7 @@ class OptimumNeuronBackend(NeuronBackend):
         neuron_config_kwargs(spec)
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
-        self.check_spec(spec)
+        self.check_spec_or_raise(spec)
         seq = spec.sequence
         # With continuous batching the context-encoding graph takes one sequence at a time.
         ctx_batch = 1 if continuous_batching(spec) else spec.batch_size

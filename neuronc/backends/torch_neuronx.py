@@ -35,6 +35,7 @@ from neuronc.backends._neuron_common import (
 )
 from neuronc.backends.base import (
     ENCODER_TASKS,
+    GIB,
     LLM_TASKS,
     ROLE_CONTEXT,
     CompiledGraph,
@@ -42,12 +43,13 @@ from neuronc.backends.base import (
     CompilePlan,
     CompileResult,
     GraphSpec,
+    HostRamModel,
 )
 from neuronc.errors import InvalidInputError
 from neuronc.hfcompat import transformers_major
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # transformers Auto class per task.
 AUTO_CLASSES: dict[str, str] = {
@@ -103,6 +105,11 @@ def trace_calls(
 
 class TorchNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "torch-neuronx"
+    # torch_neuronx.trace runs the eager model on the host, usually in fp32.
+    host_ram: ClassVar[HostRamModel | None] = HostRamModel(
+        2 * GIB, 2.0, 1 * GIB, False, "trace runs the eager model on the host"
+    )
+    toolchain_package: ClassVar[str | None] = "torch-neuronx"
     description: ClassVar[str] = "torch-neuronx: torch_neuronx.trace per bucket (encoders, custom models)"
     tasks: ClassVar[frozenset[str]] = ENCODER_TASKS | LLM_TASKS
     # Weights are inlined into every traced NEFF: the artifacts are the weights.
@@ -121,8 +128,8 @@ class TorchNeuronxBackend(NeuronBackend):
         # trace compiles for one NeuronCore; tensor parallelism is NxD's parallel_model_trace.
         return frozenset({1})
 
-    def check_spec(self, spec: BuildSpec) -> None:
-        super().check_spec(spec)
+    def check_spec_or_raise(self, spec: BuildSpec) -> None:
+        super().check_spec_or_raise(spec)
         factory = spec.options.get("model_factory")
         if factory is not None and (not isinstance(factory, str) or ":" not in factory):
             msg = f"options.model_factory: expected 'module:function', got {factory!r}"
@@ -135,7 +142,7 @@ class TorchNeuronxBackend(NeuronBackend):
             raise InvalidInputError(msg)
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
-        self.check_spec(spec)
+        self.check_spec_or_raise(spec)
         notes: tuple[str, ...] = ()
         if spec.model.task in LLM_TASKS:
             # A traced forward has no KV cache: one full-sequence graph per context bucket.

@@ -39,11 +39,11 @@ from neuronc.backends._neuron_common import (
     model_type_of,
     neuron_device_present,
 )
-from neuronc.backends.base import MAX_CORES, CompileJob, CompilePlan, CompileResult
+from neuronc.backends.base import GIB, MAX_CORES, CompileJob, CompilePlan, CompileResult, HostRamModel
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 AMP = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
 
@@ -140,6 +140,10 @@ def write_split_checkpoint(checkpoint_dir: Path, out_dir: Path, dtype: str) -> d
 
 class TransformersNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "transformers-neuronx"
+    host_ram: ClassVar[HostRamModel | None] = HostRamModel(
+        4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
+    )
+    toolchain_package: ClassVar[str | None] = "transformers-neuronx"
     description: ClassVar[str] = "transformers-neuronx (deprecated by AWS): <Arch>ForSampling, to_neuron(), save()"
     targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1"})
     # transformers-neuronx pads attention heads to the tp degree (the TorchServe Llama-2-13B
@@ -166,8 +170,8 @@ class TransformersNeuronxBackend(NeuronBackend):
         # Any degree up to the instance's core count (tp 12 on inf2.48xlarge is a documented setup).
         return frozenset(range(1, MAX_CORES.get(target, 1) + 1))
 
-    def check_spec(self, spec: BuildSpec) -> None:
-        super().check_spec(spec)
+    def check_spec_or_raise(self, spec: BuildSpec) -> None:
+        super().check_spec_or_raise(spec)
         for key in ("from_pretrained", "neuron_config"):
             value = spec.options.get(key)
             if value is not None and not isinstance(value, dict):

@@ -63,7 +63,7 @@ def split_command(
         msg = "split needs MODEL (a directory or a repo id), --tp and --out (or --check DIR)"
         raise InvalidInputError(msg, hint="neuronc split MODEL_DIR --tp 8 --out DIR")
     from neuronc.checkpoint import split_checkpoint
-    from neuronc.model_source import checkpoint_dir
+    from neuronc.model.source import checkpoint_dir
 
     source = checkpoint_dir(model_dir, revision)
     with out.progress() as sink:

@@ -40,7 +40,7 @@ from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
     from neuronc.hubcache.sources import RegistrySource
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 DEFAULT_TASK = "text-generation"
 RELATIONS = ("model", "architecture", "model-config-differs")
@@ -363,7 +363,7 @@ def model_context(
 ) -> ModelContext:
     """Find the model's config (local dir, local HF cache, or the source) and normalise it."""
     from neuronc.hubcache.sources import local_model_config
-    from neuronc.locations import local_model_dir
+    from neuronc.model.files import local_model_dir
 
     local = local_model_dir(model_id, base_dir)
     hub_id: str | None = None if local is not None else model_id

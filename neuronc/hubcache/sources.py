@@ -34,7 +34,8 @@ from neuronc.hubcache.registry import (
     parse_registry_path,
     select_paths,
 )
-from neuronc.locations import local_model_dir, user_cache_dir
+from neuronc.locations import user_cache_dir
+from neuronc.model.files import local_model_dir
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:

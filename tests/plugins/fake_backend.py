@@ -16,7 +16,7 @@ from neuronc.backends import register_backend_for_tests
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
 from neuronc.bundle import BundleWriter
 from neuronc.keys import ConfigKey, config_key, toolchain_key
-from neuronc.profile import BuildSpec, ModelSection, ResolvedSequence
+from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
 from neuronc.store import Store
 
 NAME = "fake"

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from neuronc.backends.base import CompileJob
-from neuronc.profile import BuildSpec, parse_profile
+from neuronc.profile import parse_profile
+from neuronc.spec import BuildSpec
 from sdk_doubles import SITE, forget_doubles, subprocess_env, write_dist_info
 
 REPO = Path(__file__).resolve().parents[2]

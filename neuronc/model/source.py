@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import CheckpointError, InvalidInputError
-from neuronc.locations import local_model_dir
+from neuronc.model.files import local_model_dir
 
 if TYPE_CHECKING:
-    from neuronc.profile import BuildSpec
+    from neuronc.spec import BuildSpec
 
 # What a hub download fetches: safetensors weights, configs and tokenizers (no .bin/.pt/.onnx copies).
 _HUB_PATTERNS = ["*.safetensors", "*.safetensors.index.json", "*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja"]

@@ -1,0 +1,259 @@
+"""Small file-system helpers every layer uses: atomic writes, safe opens and walks, sizes, free space.
+
+Bundle-specific access (opening paths inside a bundle without following links at any step) lives
+in ``neuronc.bundle._fs``; this module is for files neuronc writes or reads that are not bundles.
+Kept free of heavy imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from neuronc.errors import DiskFullError, InvalidInputError, is_disk_full
+
+# O_NONBLOCK: opening a FIFO must not hang the reader; the fstat below then refuses it.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class NotRegularFileError(InvalidInputError):
+    """A path that should be a regular file is a FIFO, a device, a socket or a directory."""
+
+    kind = "not_a_regular_file"
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode is, in words."""
+    for test, word in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return word
+    return "a regular file" if stat.S_ISREG(mode) else "a special file"
+
+
+def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> int:
+    """Open a regular file for reading; refuse FIFOs, devices, sockets and directories without blocking.
+
+    Raises FileNotFoundError / PermissionError as ``os.open`` does, NotRegularFileError (exit 2)
+    for anything that is not a regular file.
+    """
+    flags = _READ_FLAGS | (0 if follow_symlinks else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            msg = f"{os.fspath(path)}: is {file_kind(mode)}, not a regular file"
+            raise NotRegularFileError(msg)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = "file") -> bytes:
+    """A regular file's bytes, refusing files larger than ``limit`` (InvalidInputError, exit 2)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            msg = f"{os.fspath(path)}: {what} is {format_bytes(size)}; the limit is {format_bytes(limit)}"
+            raise InvalidInputError(msg)
+        data = f.read(limit + 1)
+    if len(data) > limit:  # grew while we read it
+        msg = f"{os.fspath(path)}: {what} is larger than {format_bytes(limit)}"
+        raise InvalidInputError(msg)
+    return data
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
+
+    Readers see the old file or the new one, never half of one; the temporary file is removed
+    on any failure. A full disk is a DiskFullError (exit 5) naming the path and the size.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and is_disk_full(exc):
+            raise disk_full_error(target, len(data), exc) from None
+        raise
+    if fsync:
+        fsync_dir(target.parent)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, fsync: bool = True, mode: int = 0o644) -> None:
+    """``atomic_write_bytes`` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync, mode=mode)
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def format_bytes(value: int | float | None) -> str:
+    """Bytes for people, in binary units with one decimal: ``512 B``, ``1.5 KiB``, ``2.0 GiB``; ``?`` if unknown."""
+    if value is None:
+        return "?"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(amount) < 1024 or unit == "TiB":
+            return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """``1 shard``, ``2 shards``: a count and the right form of its noun."""
+    word = singular if count == 1 else (plural_form or f"{singular}s")
+    return f"{count} {word}"
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes free for an unprivileged writer on the file system holding ``path`` (or its nearest parent)."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return None
+
+
+def disk_full_error(
+    path: str | os.PathLike[str], needed: int | None, exc: BaseException | None = None
+) -> DiskFullError:
+    """The one-line error for a write that does not fit: the path, the space needed and the space free."""
+    free = free_bytes(path)
+    need = f"needs {format_bytes(needed)}" if needed else "needs more space"
+    have = f", {format_bytes(free)} free" if free is not None else ""
+    msg = f"{os.fspath(path)}: no space left on device ({need}{have})"
+    hint = "free space there, or write somewhere else (--out, --store, NEURONC_STORE, NEURONC_CACHE_DIR)"
+    details = [str(exc)] if exc is not None and str(exc) else []
+    return DiskFullError(msg, hint=hint, details=details)
+
+
+def check_free_space(path: str | os.PathLike[str], needed: int, *, what: str) -> None:
+    """Raise DiskFullError before writing ``needed`` bytes under ``path`` if they cannot fit."""
+    free = free_bytes(path)
+    if free is not None and needed > free:
+        error = disk_full_error(path, needed)
+        error.message = (
+            f"{os.fspath(path)}: not enough space for {what}: needs {format_bytes(needed)}, {format_bytes(free)} free"
+        )
+        raise error
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """A regular file found by ``walk_files``: its path relative to the root, and its size."""
+
+    rel: str
+    path: Path
+    size: int
+
+
+def walk_files(
+    root: str | os.PathLike[str], *, max_depth: int = 32, max_entries: int = 1_000_000
+) -> Iterator[TreeEntry]:
+    """Regular files under ``root``, sorted per directory; safe on hostile trees.
+
+    Symbolic links are followed only when they resolve inside ``root`` (the Hugging Face cache links
+    snapshot files to blobs beside them, so pass the repository folder as ``root`` for those);
+    FIFOs, devices and sockets are skipped without being opened; a directory is never entered
+    twice (no loops); depth and entry count are bounded.
+    """
+    base = Path(os.path.realpath(root))
+    seen: set[tuple[int, int]] = set()
+    count = 0
+    stack: list[tuple[Path, str, int]] = [(base, "", 0)]
+    while stack:
+        directory, prefix, depth = stack.pop()
+        try:
+            info = os.stat(directory)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs: list[tuple[Path, str, int]] = []
+        for entry in entries:
+            count += 1
+            if count > max_entries:
+                return
+            rel = f"{prefix}{entry.name}"
+            target = Path(entry.path)
+            try:
+                if entry.is_symlink():
+                    resolved = Path(os.path.realpath(entry.path))
+                    if resolved != base and base not in resolved.parents:
+                        continue  # a link out of the tree
+                    target = resolved
+                mode = os.stat(target).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if depth + 1 < max_depth:
+                    subdirs.append((target, f"{rel}/", depth + 1))
+            elif stat.S_ISREG(mode):
+                try:
+                    size = os.stat(target).st_size
+                except OSError:
+                    continue
+                yield TreeEntry(rel, target, size)
+        stack.extend(reversed(subdirs))
+
+
+__all__ = [
+    "NotRegularFileError",
+    "TreeEntry",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "check_free_space",
+    "disk_full_error",
+    "file_kind",
+    "format_bytes",
+    "free_bytes",
+    "fsync_dir",
+    "open_regular",
+    "plural",
+    "read_bytes_limited",
+    "walk_files",
+]

@@ -1,0 +1,66 @@
+"""What this process may use and has used: CPUs for parallel work, peak resident memory.
+
+One place for both, so that every report (compile stages, split, bundle writer) measures memory the
+same way and every parallel stage agrees on how many cores it may use.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+# getrusage reports ru_maxrss in KiB on Linux and in bytes on macOS.
+_RUSAGE_SCALE = 1 if sys.platform == "darwin" else 1024
+
+
+def available_cpus() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs(cap: int | None = None) -> int:
+    """Parallel workers by default: the available cores, at most ``cap``."""
+    cores = available_cpus()
+    return min(cores, cap) if cap else cores
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak-RSS measurement (Linux >= 4.0: writing 5 to clear_refs resets VmHWM)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set since start or the last ``reset_peak_rss`` (None if unknown)."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * _RUSAGE_SCALE
+
+
+def children_peak_rss_bytes() -> int | None:
+    """The largest peak resident set of any waited-for child process (None if none or unknown)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    value = int(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return value * _RUSAGE_SCALE if value else None
+
+
+__all__ = ["available_cpus", "children_peak_rss_bytes", "default_jobs", "peak_rss_bytes", "reset_peak_rss"]

@@ -1,0 +1,90 @@
+"""What one build is: ``BuildSpec`` and its parts, fully resolved from a profile.
+
+A leaf module: it imports nothing else from neuronc, so every layer (profiles, keys, backends, the
+pipeline, deploy) may import it. ``neuronc.profile`` turns YAML into these objects; everything
+downstream only reads them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TARGETS = ("inf2", "trn1", "trn2", "cpu")
+NEURON_TARGETS = ("inf2", "trn1", "trn2")
+AMP_TO_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+WEIGHT_MODES = ("presharded", "on-load", "reference")
+TASKS = ("text-generation", "feature-extraction", "text-classification", "fill-mask", "token-classification")
+
+PositiveInt = Annotated[int, Field(ge=1, le=1 << 20, strict=True)]
+
+
+class StrictModel(BaseModel):
+    """Frozen, and unknown keys are errors: the base of every profile and spec model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(StrictModel):
+    id: str = Field(min_length=1, description="Hugging Face Hub id, or a local directory")
+    revision: str | None = Field(default=None, description="Hub revision (commit sha, tag or branch)")
+    task: Literal[TASKS] = "text-generation"  # type: ignore[valid-type]
+
+
+class ResolvedSequence(StrictModel):
+    max_length: int
+    max_context_length: int
+    context_buckets: tuple[int, ...]
+    token_buckets: tuple[int, ...]
+
+
+class BuildSpec(StrictModel):
+    """One fully resolved build: what a backend compiles into one bundle."""
+
+    model: ModelSection
+    backend: str
+    target: str
+    tp_degree: int
+    batch_size: int
+    amp: str
+    sequence: ResolvedSequence
+    weights: str
+    compiler_flags: tuple[str, ...]
+    options: dict[str, Any]
+    # Not part of the config hash:
+    name: str | None = None
+    description: str | None = None
+    profile_path: str | None = None
+    build_index: int = 0
+    matrix_values: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def dtype(self) -> str:
+        return AMP_TO_DTYPE[self.amp]
+
+    @property
+    def label(self) -> str:
+        """``profile.yaml`` or ``profile.yaml#2`` for matrix builds: how reports name a build."""
+        profile = self.profile_path or "<profile>"
+        return f"{profile}#{self.build_index}" if self.matrix_values else profile
+
+    def normalized(self) -> dict[str, Any]:
+        """The compile-relevant profile, normalised (what manifests and `validate` show)."""
+        return self.model_dump(
+            mode="json", exclude={"name", "description", "profile_path", "build_index", "matrix_values"}
+        )
+
+
+__all__ = [
+    "AMP_TO_DTYPE",
+    "NEURON_TARGETS",
+    "TARGETS",
+    "TASKS",
+    "WEIGHT_MODES",
+    "BuildSpec",
+    "ModelSection",
+    "PositiveInt",
+    "ResolvedSequence",
+    "StrictModel",
+]
