@@ -12,8 +12,8 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronc.errors import DiskFullError, InvalidInputError, is_disk_full
@@ -179,69 +179,141 @@ def check_free_space(path: str | os.PathLike[str], needed: int, *, what: str) ->
 
 @dataclass(frozen=True)
 class TreeEntry:
-    """A regular file found by ``walk_files``: its path relative to the root, and its size."""
+    """A regular file found by ``walk_files`` or ``scan_dir``: its path relative to the root, size and mtime."""
 
     rel: str
-    path: Path
+    fspath: str
     size: int
+    mtime_ns: int = 0
+
+    @property
+    def path(self) -> Path:
+        return Path(self.fspath)
+
+
+@dataclass
+class DirScan:
+    """One level of a directory: its regular files, its sub-directories, and what was skipped and why."""
+
+    files: list[TreeEntry] = field(default_factory=list)
+    dirs: list[tuple[str, str]] = field(default_factory=list)  # (rel, path to enter)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (rel, reason)
+
+
+def _inside(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+
+
+def scan_dir(directory: str | os.PathLike[str], *, within: str | os.PathLike[str], prefix: str = "") -> DirScan:
+    """List one directory safely: nothing is opened, FIFOs/devices/sockets and links out of ``within`` are skipped.
+
+    ``within`` must be a resolved path (``os.path.realpath``); links are followed only when they
+    resolve inside it. ``rel`` of each result is ``prefix + name``. An unreadable directory is
+    one skipped entry (``prefix`` without its slash, or ``.``).
+    """
+    # Plain strings, not pathlib: this runs once per file of trees with tens of thousands of them.
+    base = os.fspath(within)
+    scan = DirScan()
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        scan.skipped.append((prefix.rstrip("/") or ".", f"cannot read: {exc.strerror or exc}"))
+        return scan
+    for entry in entries:
+        rel = f"{prefix}{entry.name}"
+        try:
+            if entry.is_symlink():
+                resolved = os.path.realpath(entry.path)
+                if not _inside(resolved, base):
+                    scan.skipped.append((rel, "a symbolic link out of the tree"))
+                    continue
+                info = os.stat(resolved)
+                target = resolved
+            elif entry.is_dir(follow_symlinks=False):  # the directory's own type: no system call
+                scan.dirs.append((rel, entry.path))
+                continue
+            else:
+                info = entry.stat(follow_symlinks=False)
+                target = entry.path
+        except FileNotFoundError:
+            scan.skipped.append((rel, "a broken symbolic link" if entry.is_symlink() else "removed while listed"))
+            continue
+        except OSError as exc:
+            scan.skipped.append((rel, f"cannot read: {exc.strerror or exc}"))
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            scan.dirs.append((rel, target))
+        elif stat.S_ISREG(info.st_mode):
+            scan.files.append(TreeEntry(rel, target, info.st_size, info.st_mtime_ns))
+        else:
+            scan.skipped.append((rel, f"{file_kind(info.st_mode)}, not a regular file"))
+    return scan
 
 
 def walk_files(
-    root: str | os.PathLike[str], *, max_depth: int = 32, max_entries: int = 1_000_000
+    root: str | os.PathLike[str],
+    *,
+    max_depth: int = 32,
+    max_entries: int = 1_000_000,
+    within: str | os.PathLike[str] | None = None,
+    on_skip: Callable[[str, str], None] | None = None,
+    on_dir: Callable[[str, int], None] | None = None,
 ) -> Iterator[TreeEntry]:
     """Regular files under ``root``, sorted per directory; safe on hostile trees.
 
-    Symbolic links are followed only when they resolve inside ``root`` (the Hugging Face cache links
-    snapshot files to blobs beside them, so pass the repository folder as ``root`` for those);
-    FIFOs, devices and sockets are skipped without being opened; a directory is never entered
-    twice (no loops); depth and entry count are bounded.
+    Symbolic links are followed only when they resolve inside ``within`` (default: ``root``; the
+    Hugging Face cache links snapshot files to blobs beside them, so pass the repository folder as
+    ``root`` for those); FIFOs, devices and sockets are skipped without being opened; a directory
+    is never entered twice (no loops); depth and entry count are bounded. ``on_skip(rel, reason)``
+    hears about everything skipped, ``on_dir(rel, mtime_ns)`` about every directory entered (``""``
+    is ``root``).
     """
-    base = Path(os.path.realpath(root))
+    base = os.path.realpath(root)
+    limit = os.path.realpath(within) if within is not None else base
+
+    def skip(rel: str, reason: str) -> None:
+        if on_skip is not None:
+            on_skip(rel, reason)
+
+    if not _inside(base, limit):
+        skip(".", "a symbolic link out of the tree")
+        return
     seen: set[tuple[int, int]] = set()
     count = 0
-    stack: list[tuple[Path, str, int]] = [(base, "", 0)]
+    stack: list[tuple[str, str, int]] = [(base, "", 0)]
     while stack:
         directory, prefix, depth = stack.pop()
         try:
             info = os.stat(directory)
-        except OSError:
+        except OSError as exc:
+            skip(prefix.rstrip("/") or ".", f"cannot read: {exc.strerror or exc}")
             continue
         if (info.st_dev, info.st_ino) in seen:
+            skip(prefix.rstrip("/") or ".", "a directory already walked (a link loop)")
             continue
         seen.add((info.st_dev, info.st_ino))
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs: list[tuple[Path, str, int]] = []
-        for entry in entries:
-            count += 1
-            if count > max_entries:
-                return
-            rel = f"{prefix}{entry.name}"
-            target = Path(entry.path)
-            try:
-                if entry.is_symlink():
-                    resolved = Path(os.path.realpath(entry.path))
-                    if resolved != base and base not in resolved.parents:
-                        continue  # a link out of the tree
-                    target = resolved
-                mode = os.stat(target).st_mode
-            except OSError:
-                continue
-            if stat.S_ISDIR(mode):
-                if depth + 1 < max_depth:
-                    subdirs.append((target, f"{rel}/", depth + 1))
-            elif stat.S_ISREG(mode):
-                try:
-                    size = os.stat(target).st_size
-                except OSError:
-                    continue
-                yield TreeEntry(rel, target, size)
+        if on_dir is not None:
+            on_dir(prefix.rstrip("/"), info.st_mtime_ns)
+        scan = scan_dir(directory, within=limit, prefix=prefix)
+        count += len(scan.files) + len(scan.dirs) + len(scan.skipped)
+        if count > max_entries:
+            skip(prefix.rstrip("/") or ".", f"more than {max_entries} entries; the rest is not read")
+            return
+        for rel, reason in scan.skipped:
+            skip(rel, reason)
+        yield from scan.files
+        subdirs: list[tuple[str, str, int]] = []
+        for rel, path in scan.dirs:
+            if depth + 1 < max_depth:
+                subdirs.append((path, f"{rel}/", depth + 1))
+            else:
+                skip(rel, f"nested more than {max_depth} levels deep")
         stack.extend(reversed(subdirs))
 
 
 __all__ = [
+    "DirScan",
     "NotRegularFileError",
     "TreeEntry",
     "atomic_write_bytes",
@@ -255,5 +327,6 @@ __all__ = [
     "open_regular",
     "plural",
     "read_bytes_limited",
+    "scan_dir",
     "walk_files",
 ]

@@ -1,8 +1,8 @@
 """optimum-neuron 0.4.5's arch digest and entry hash, reproduced exactly (no transformers needed).
 
-Ground truth: ../shared/testdata/hf-neuron-cache/ (one entry written by optimum-neuron 0.4.5 itself)
-and tests/fixtures/hf-neuron-cache/ (hundreds of entries made by its cache-entry classes, with the
-digest its lookup computes for each model in expected.json).
+Ground truth: tests/fixtures/hf-neuron-cache/optimum-0.4.5/ (one entry written by optimum-neuron 0.4.5
+itself, with its inputs and expected values) and tests/fixtures/hf-neuron-cache/ (hundreds of entries
+made by its cache-entry classes, with the digest its lookup computes for each model in expected.json).
 """
 
 from __future__ import annotations
@@ -17,14 +17,21 @@ import pytest
 
 from neuronc.hfcompat import transformers_is_sdk_series, transformers_major
 from neuronc.hubcache import arch_digest, entry_hash, normalize_config, parse_registry_path, serialize_entry
-from neuronc.hubcache.configs import emulate_diff_dict, emulated_model_types, strip_whitelist
+from neuronc.hubcache.configs import (
+    DEFAULTS_FILE,
+    defaults_table,
+    emulate_diff_dict,
+    emulated_model_types,
+    strip_whitelist,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "hf-neuron-cache"
 FIXTURE = ROOT / "tests" / "fixtures" / "hf-neuron-cache"
+VECTOR = FIXTURE / "optimum-0.4.5"
+# Where the vector was first delivered (outside the repository; only checked when present).
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "hf-neuron-cache"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text(encoding="utf-8"))
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared test vectors not found at {SHARED}")
 needs_transformers = pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
 # optimum-neuron 0.4.5's digest is transformers 4.57's to_diff_dict(); only 4.57.x can be the reference.
 needs_sdk_transformers = pytest.mark.skipif(
@@ -37,39 +44,42 @@ def _model_config(model_id: str) -> dict[str, Any]:
     return data
 
 
-# -- the shared test vector (written by optimum-neuron 0.4.5) -------------------------------------
+# -- the test vector written by optimum-neuron 0.4.5 ----------------------------------------------
 
 
-@needs_shared
+@pytest.mark.skipif(not SHARED.is_dir(), reason="no copy of the vector outside the repository to compare with")
+def test_vector_is_the_one_delivered() -> None:
+    for name in ("arch_digest_input.json", "expected.json", "f9f9f783a10b20b71829.json", "llama_config.json"):
+        assert (VECTOR / name).read_bytes() == (SHARED / name).read_bytes(), name
+
+
 def test_shared_vector_digest_from_the_checkpoint_config() -> None:
-    expected = json.loads((SHARED / "expected.json").read_text(encoding="utf-8"))
-    raw = json.loads((SHARED / "llama_config.json").read_text(encoding="utf-8"))
+    expected = json.loads((VECTOR / "expected.json").read_text(encoding="utf-8"))
+    raw = json.loads((VECTOR / "llama_config.json").read_text(encoding="utf-8"))
     arch = normalize_config(raw, "text-generation")
     assert arch is not None and arch.method == "emulated"
-    digest_input = json.loads((SHARED / "arch_digest_input.json").read_text(encoding="utf-8"))
+    digest_input = json.loads((VECTOR / "arch_digest_input.json").read_text(encoding="utf-8"))
     assert arch.config == digest_input["config"]
     assert arch.digest == expected["arch_digest"] == expected["arch_digest_lookup_side"]
     assert arch.export_digest("bfloat16") == expected["arch_digest"]
 
 
-@needs_shared
 def test_shared_vector_digest_input_bytes() -> None:
-    raw = (SHARED / "arch_digest_input.json").read_bytes()
+    raw = (VECTOR / "arch_digest_input.json").read_bytes()
     blob = json.loads(raw)
     assert json.dumps(blob, sort_keys=True).encode() == raw
-    expected = json.loads((SHARED / "expected.json").read_text(encoding="utf-8"))
+    expected = json.loads((VECTOR / "expected.json").read_text(encoding="utf-8"))
     assert arch_digest(blob["config"], blob["task"]) == expected["sha256_of_arch_digest_input_file"]
 
 
-@needs_shared
 def test_shared_vector_entry_file_byte_for_byte() -> None:
-    expected = json.loads((SHARED / "expected.json").read_text(encoding="utf-8"))
-    data = (SHARED / expected["entry_file"]).read_bytes()
+    expected = json.loads((VECTOR / "expected.json").read_text(encoding="utf-8"))
+    data = (VECTOR / expected["entry_file"]).read_bytes()
     doc = json.loads(data)
     neuron = doc.pop("neuron")
     model_id, task = doc.pop("_model_id"), doc.pop("_task")
     doc.pop("_entry_class")
-    raw = json.loads((SHARED / "llama_config.json").read_text(encoding="utf-8"))
+    raw = json.loads((VECTOR / "llama_config.json").read_text(encoding="utf-8"))
     arch = normalize_config(raw, task)
     assert arch is not None
     text = serialize_entry(arch.export_config(neuron["torch_dtype"]), neuron, model_id=model_id, task=task)
@@ -80,11 +90,10 @@ def test_shared_vector_entry_file_byte_for_byte() -> None:
     assert f"{registry}/{arch.model_type}/{model_id}/{entry_hash(text)}.json" == expected["alias_path"]
 
 
-@needs_shared
 def test_shared_vector_is_in_the_fixture_unchanged() -> None:
-    expected = json.loads((SHARED / "expected.json").read_text(encoding="utf-8"))
+    expected = json.loads((VECTOR / "expected.json").read_text(encoding="utf-8"))
     ours = FIXTURE / "snapshot" / expected["registry_path"]
-    assert ours.read_bytes() == (SHARED / expected["entry_file"]).read_bytes()
+    assert ours.read_bytes() == (VECTOR / expected["entry_file"]).read_bytes()
     assert (FIXTURE / "snapshot" / expected["alias_path"]).read_bytes() == ours.read_bytes()
 
 
@@ -210,19 +219,20 @@ def test_emulation_equals_transformers_to_diff_dict(model_id: str) -> None:
 def test_checked_in_defaults_match_installed_transformers() -> None:
     import sys
 
-    sys.path.insert(0, str(FIXTURE))
+    sys.path.insert(0, str(ROOT / "scripts"))
     try:
-        from gen_config_defaults import compute_tables
+        from gen_hubcache_config_defaults import compute_tables, render
     finally:
-        sys.path.remove(str(FIXTURE))
-    from neuronc.hubcache import _config_defaults as table
-
+        sys.path.remove(str(ROOT / "scripts"))
+    table = defaults_table()
     version, base, classes = compute_tables()
-    if version.rsplit(".", 1)[0] != table.TRANSFORMERS_VERSION.rsplit(".", 1)[0]:
-        pytest.skip(f"installed transformers {version}; the table is for {table.TRANSFORMERS_VERSION}")
-    assert base == table.BASE_DEFAULTS
-    assert classes == table.CLASS_DEFAULTS
+    if version.rsplit(".", 1)[0] != table.transformers_version.rsplit(".", 1)[0]:
+        pytest.skip(f"installed transformers {version}; the table is for {table.transformers_version}")
+    assert base == table.base
+    assert classes == table.classes
     assert sorted(classes) == emulated_model_types()
+    if version == table.transformers_version:  # the generator reproduces the data file byte for byte
+        assert render(version, base, classes) == DEFAULTS_FILE.read_text(encoding="utf-8")
 
 
 def test_unknown_model_type_without_transformers_gives_no_digest(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -266,7 +276,7 @@ def test_a_config_json_written_by_transformers_5_is_hashed_as_4_57_reads_it(mode
     4.57 keeps rope_parameters as an unknown attribute and gives rope_theta its class default; the
     reference values come from the table generated from 4.57.6, not from the installed transformers.
     """
-    from neuronc.hubcache._config_defaults import CLASS_DEFAULTS
+    CLASS_DEFAULTS = defaults_table().classes
 
     raw = _model_config(model_id)
     v5 = {k: v for k, v in raw.items() if k not in ("rope_theta", "rope_scaling")}

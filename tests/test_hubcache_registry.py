@@ -12,7 +12,8 @@ import pytest
 
 from neuronc.errors import InvalidInputError
 from neuronc.hubcache import Query, SnapshotSource, entry_hash, parse_entry, parse_registry_path
-from neuronc.hubcache.registry import normalize_dtype, normalize_target, select_paths, version_matches
+from neuronc.hubcache.paths import normalize_dtype, normalize_target, version_matches
+from neuronc.hubcache.registry import select_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "hf-neuron-cache"
@@ -163,15 +164,18 @@ def test_broken_entries_are_skipped_and_counted(tmp_path: Path) -> None:
     registry = SnapshotSource(root).load(Query.everything())
     reasons = {Path(p.path).stem: p.reason for p in registry.problems}
     assert set(reasons) == set(broken)
-    assert reasons["aaaaaaaaaaaaaaaaaaa1"].startswith("invalid JSON")
-    assert reasons["aaaaaaaaaaaaaaaaaaa2"] == "expected a JSON object, got list"
-    assert reasons["aaaaaaaaaaaaaaaaaaa3"] == "field 'neuron.batch_size' must be a positive integer, got '4'"
-    assert reasons["aaaaaaaaaaaaaaaaaaa4"] == "field 'neuron.tp_degree' must be a positive integer, got 0"
+    assert reasons["aaaaaaaaaaaaaaaaaaa1"].startswith("not valid JSON: ")
+    assert reasons["aaaaaaaaaaaaaaaaaaa2"] == "expected a JSON object, got a list"
+    assert (
+        reasons["aaaaaaaaaaaaaaaaaaa3"]
+        == "field 'neuron.batch_size' must be an integer from 1 to 2147483647, got \"4\""
+    )
+    assert reasons["aaaaaaaaaaaaaaaaaaa4"] == "field 'neuron.tp_degree' must be an integer from 1 to 2147483647, got 0"
     assert reasons["aaaaaaaaaaaaaaaaaaa5"] == "field 'neuron.torch_dtype' must be a string, got 16"
     assert reasons["aaaaaaaaaaaaaaaaaaa6"] == "missing field 'neuron.batch_size'"
     assert reasons["aaaaaaaaaaaaaaaaaaa7"] == "missing field 'neuron'"
-    assert reasons["aaaaaaaaaaaaaaaaaaa8"] == "not UTF-8 text"
-    assert reasons["aaaaaaaaaaaaaaaaaaa9"] == "field 'neuron' must be an object, got list"
+    assert reasons["aaaaaaaaaaaaaaaaaaa8"] == "not UTF-8 (byte 7)"
+    assert reasons["aaaaaaaaaaaaaaaaaaa9"] == "field 'neuron' must be an object, got a list"
     assert len(registry.entries) == len(list((SNAPSHOT / base).glob("*.json")))
 
 

@@ -12,6 +12,7 @@ from neuronc._output import out
 from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt
 from neuronc.errors import CacheMissError, InvalidInputError
+from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
     from neuronc.hubcache import BuildLookup, Filters, LookupResult, Match, Registry, RegistrySource
@@ -106,10 +107,11 @@ def cache_lookup_command(
 
 
 def _choice(value: str | None, allowed: tuple[str, ...], flag: str) -> str | None:
+    from neuronc.hubcache.paths import printable
+
     if value is None or value.lower() in allowed:
         return value.lower() if value else None
-    msg = f"{flag} {value!r} is not one of {', '.join(allowed)}"
-    raise InvalidInputError(msg)
+    raise InvalidInputError(f"{flag} {printable(value)}: not one of {', '.join(allowed)}")
 
 
 def _source(repo: str | None, snapshot: Path | None) -> RegistrySource:
@@ -131,23 +133,28 @@ def _report_registry(registry: Registry | None) -> None:
     if registry is None:
         return
     src = registry.source
-    where = src.get("path") or src.get("repo")
-    revision = f" @ {str(src['revision'])[:12]}" if src.get("revision") else ""
-    stats = registry.stats()
+    revision = f" @ {src.revision[:12]}" if src.revision else ""
+    count = len(registry.registries)
     out.info(
-        f"source: {src['kind']} {where}{revision}: {stats['entries_read']} entries read from "
-        f"{len(stats['registries'])} registr{'y' if len(stats['registries']) == 1 else 'ies'}"
+        f"source: {src.kind} {src.name}{revision}: {plural(len(registry), 'entry', 'entries')} read from "
+        f"{plural(count, 'registry', 'registries')}"
     )
     for note in registry.notes:
         out.warning(note)
-    for problem in registry.problems[:5]:
+    problems = registry.problems
+    for problem in problems[:5]:
         out.warning(f"skipped {problem.path}: {problem.reason}")
-    if len(registry.problems) > 5:
-        out.warning(f"... and {len(registry.problems) - 5} more")
-    if registry.problems:
-        out.warning(
-            f"{len(registry.problems)} broken registry entr{'y' if len(registry.problems) == 1 else 'ies'} skipped"
-        )
+    if len(problems) > 5:
+        out.warning(f'... and {len(problems) - 5} more (all of them under "skipped" in --json)')
+    if problems:
+        out.warning(f"{plural(len(problems), 'broken registry entry', 'broken registry entries')} skipped")
+
+
+def _result(data: dict[str, Any], render: Callable[[], None]) -> None:
+    """Print a result: ``--json`` is one valid UTF-8 document whatever bytes the registry's names hold."""
+    from neuronc.hubcache.paths import json_safe
+
+    out.result(json_safe(data), render)
 
 
 # -- model ids --------------------------------------------------------------------------------------
@@ -155,11 +162,13 @@ def _report_registry(registry: Registry | None) -> None:
 
 def _lookup_model(model: str, source: RegistrySource, filters: Filters, task: str, require_hit: bool) -> None:
     from neuronc.hubcache import lookup_model
+    from neuronc.hubcache.paths import printable
 
     result: LookupResult = _with_progress(lambda p: lookup_model(model, source, filters, task=task, progress=p))
     _report_registry(result.registry)
     for note in result.context.notes:
         out.info(f"note: {note}")
+    shown = printable(model)
 
     def render() -> None:
         if not result.matches:
@@ -171,23 +180,25 @@ def _lookup_model(model: str, source: RegistrySource, filters: Filters, task: st
         keep = [i for i, name in enumerate(columns) if name not in ("model", "notes") or any(r[i] for r in rows)]
         columns = [columns[i] for i in keep]
         rows = [[r[i] for i in keep] for r in rows]
-        title = f"Cached configurations for {model} ({len(rows)})"
-        out.table(columns, rows, title=title)
+        out.table(columns, rows, title=f"Cached configurations for {shown} ({len(rows)})")
         if result.other_tasks:
             others = ", ".join(f"{n} for {t}" for t, n in sorted(result.other_tasks.items()))
             out.info(f"also cached for other tasks: {others} (use --task)")
 
-    out.result(result.to_json(), render)
+    _result(result.to_json(), render)
     if require_hit and not result.hit:
         _miss(_nothing_message(result))
 
 
 def _nothing_message(result: LookupResult) -> str:
+    from neuronc.hubcache.paths import printable
+
+    model = printable(result.model)
     if result.matches:  # all of them written for this model id with another architecture
-        return f"No cached configuration for {result.model} with its current architecture."
+        return f"No cached configuration for {model} with its current architecture."
     if result.related:
-        return f"No cached configuration for {result.model} matches the filters ({result.related} without them)."
-    return f"No cached configurations for {result.model}."
+        return f"No cached configuration for {model} matches the filters ({result.related} without them)."
+    return f"No cached configurations for {model}."
 
 
 _SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -195,30 +206,43 @@ _SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 def _row(match: Match) -> list[Any]:
     e = match.entry
-    model = {"model": "", "architecture": e.model_id or "?", "model-config-differs": "config differs"}[match.relation]
     return [
         e.batch_size,
-        e.sequence_length if e.sequence_length is not None else "-",
+        _cell(e.sequence_length),
         e.tp_degree,
-        _SHORT_DTYPES.get(e.dtype or "", e.dtype or "-"),
-        e.target or "-",
+        _SHORT_DTYPES.get(e.dtype or "", _cell(e.dtype)),
+        _cell(e.target),
         e.compiler_version.split("+", 1)[0],  # the build suffix is in --json
         e.optimum_version,
-        (e.checkpoint_revision or "-")[:8],
-        model,
+        _cell(e.checkpoint_revision)[:8],
+        _model_cell(match),
         _short_note(match),
     ]
 
 
+def _model_cell(match: Match) -> str:
+    from neuronc.hubcache import Relation
+
+    if match.relation == Relation.ARCHITECTURE:
+        return match.entry.model_id or "?"
+    return "config differs" if match.relation == Relation.CONFIG_DIFFERS else ""
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
 def _short_note(match: Match) -> str:
-    if match.relation == "model-config-differs":
-        return "differs: " + ", ".join(match.differing[:3])
-    if match.visible_to_optimum_neuron is False and match.entry.optimum_version == "0.4.5":
-        for note in match.notes:
-            if "hidden from" in note:
-                return "hidden: " + ("dtype" if "dtype" in note else "head_dim" if "head_dim" in note else "digest")
-            if "alias file only" in note:
-                return "alias only"
+    from neuronc.hubcache import Hidden, Relation
+    from neuronc.hubcache.paths import printable
+
+    if match.relation == Relation.CONFIG_DIFFERS:
+        return "differs: " + ", ".join(printable(key) for key in match.differing[:3])
+    if Hidden.ALIAS_ONLY in match.hidden:
+        return "alias only"
+    for reason in (Hidden.DTYPE, Hidden.HEAD_DIM, Hidden.DIGEST):
+        if reason in match.hidden:
+            return f"hidden: {reason}"
     return ""
 
 
@@ -233,7 +257,8 @@ def _miss(message: str) -> None:
 
 
 def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, require_hit: bool) -> None:
-    from neuronc.hubcache import lookup_builds
+    from neuronc.hubcache import BuildStatus, lookup_builds
+    from neuronc.hubcache.paths import printable
     from neuronc.profile import load_profile
 
     loaded = load_profile(path)
@@ -241,16 +266,16 @@ def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, re
         out.warning(warning)
     builds, registry = _with_progress(lambda p: lookup_builds(loaded.builds, source, constraints, progress=p))
     _report_registry(registry)
-    misses = [b for b in builds if b.status == "miss"]
+    misses = [b for b in builds if b.status == BuildStatus.MISS]
     data = {
         "schema_version": 1,
         "kind": "profile",
         "profile": str(path),
-        "source": registry.source if registry else None,
+        "source": registry.source.to_json() if registry else None,
         "constraints": constraints.to_json(),
         "hit": not misses,
         "builds": [b.to_json() for b in builds],
-        "stats": registry.stats() if registry else None,
+        "stats": registry.stats().to_json() if registry else None,
         "skipped": [p.to_json() for p in registry.problems] if registry else [],
     }
 
@@ -258,35 +283,45 @@ def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, re
         for build in builds:
             _render_build(build)
 
-    out.result(data, render)
+    _result(data, render)
     if require_hit and misses:
-        _miss(f"{len(misses)} of {len(builds)} builds of {path} are not in the cache")
+        _miss(f"{len(misses)} of {plural(len(builds), 'build')} of {printable(str(path))} are not in the cache")
+
+
+_STATUS_WORD = {"hit": "HIT", "miss": "MISS", "not-applicable": "n/a"}
 
 
 def _render_build(build: BuildLookup) -> None:
     from rich.markup import escape
+
+    from neuronc.hubcache import Relation
 
     w = build.wanted
     spec = build.spec
     label = f"build {spec.build_index}" + (f" ({spec.name})" if spec.name else "")
     if spec.matrix_values:
         label += " [" + ", ".join(f"{k}={v}" for k, v in spec.matrix_values.items()) + "]"
-    shape = f"bs {w['batch_size']}, seq {w['sequence_length']}, tp {w['tp_degree']}, {w['dtype']}, {w['target']}"
-    status = {"hit": "HIT", "miss": "MISS", "not-applicable": "n/a"}[build.status]
-    lines = [f"{status}  {label}: {spec.model.id}: {shape}"]
+    target = w.target if w.target is not None else spec.target
+    shape = f"bs {w.batch_size}, seq {w.sequence_length}, tp {w.tp_degree}, {w.dtype}, {target}"
+    lines = [f"{_STATUS_WORD[build.status]}  {label}: {spec.model.id}: {shape}"]
     for match in build.hits[:3]:
         e = match.entry
-        who = "" if match.relation == "model" else f", written for {e.model_id}"
+        who = "" if match.relation == Relation.MODEL else f", written for {e.model_id}"
         lines.append(f"      cached: neuronx-cc {e.compiler_version}, optimum-neuron {e.optimum_version}{who}")
     if len(build.hits) > 3:
         lines.append(f"      ... and {len(build.hits) - 3} more")
     for near in build.nearest:
         e = near.match.entry
-        diffs = ", ".join(f"{d.field} {d.entry} (want {d.wanted})" for d in near.differences)
+        diffs = ", ".join(f"{d.field} {_shown(d.entry)} (want {_shown(d.wanted)})" for d in near.differences)
         lines.append(f"      nearest: {diffs}; optimum-neuron {e.optimum_version}, {e.model_id}")
     lines.extend(f"      note: {note}" for note in build.notes)
     for line in lines:
         out.print(escape(line))
+
+
+def _shown(value: object) -> str:
+    """A field value in a sentence: "not set" rather than Python's None."""
+    return "not set" if value is None else str(value)
 
 
 # -- mirror -----------------------------------------------------------------------------------------
@@ -303,21 +338,22 @@ def cache_mirror_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Download only the registry folders of a cache repository, for `cache-lookup --snapshot`."""
-    from neuronc.hubcache import HubSource
+    from neuronc.hubcache import HubSource, mirror
+    from neuronc.hubcache.paths import printable
 
     out.configure(json_mode=json_out)
     source = HubSource.from_environment(repo)
     result = _with_progress(
-        lambda p: source.mirror(
-            directory, compiler_version=compiler_version, optimum_version=optimum_neuron_version, progress=p
+        lambda p: mirror(
+            source, directory, compiler_version=compiler_version, optimum_version=optimum_neuron_version, progress=p
         )
     )
 
     def render() -> None:
         out.print(
-            f"Mirrored {result['files']} registry files ({result['bytes']} bytes) of {result['repo']} "
-            f"@ {str(result['revision'])[:12]} into {directory}"
+            f"Mirrored {plural(result.files, 'registry file')} ({format_bytes(result.bytes)}) of {result.repo} "
+            f"@ {result.revision[:12]} into {printable(str(directory))}"
         )
-        out.print(f"Use it with: neuronc cache-lookup MODEL --snapshot {directory}")
+        out.print(f"Use it with: neuronc cache-lookup MODEL --snapshot {printable(str(directory))}")
 
-    out.result(result, render)
+    _result(result.to_json(), render)

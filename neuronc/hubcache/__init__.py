@@ -8,53 +8,56 @@ Python API (what ``neuronc cache-lookup`` and ``neuronc plan`` use)::
     result = lookup_model("meta-llama/Llama-3.1-8B", source, Filters(tp_degree=8))
     builds, _ = lookup_builds(load_profile("p.yaml").builds, source)
 
+Modules, from the bottom up: ``paths`` (registry paths, versions), ``entries`` (one entry file,
+parsed as hostile input), ``configs`` (optimum-neuron 0.4.5's config normalisation and digest),
+``arch`` (architecture comparison and the index's fingerprint), ``table`` (parsed entries as
+rows), ``registry`` (a loaded registry, query selection), ``index`` (the persistent index file),
+``snapshot``/``hub``/``mirror``/``sources`` (where entries come from), ``lookup`` and ``builds``.
+
 Importing this package imports neither huggingface_hub nor transformers; a ``HubSource`` imports
 huggingface_hub when it first talks to the Hub. See docs/cache-lookup.md.
 """
 
 from __future__ import annotations
 
+from neuronc.hubcache.arch import ArchCheck, arch_key, compare_arch
+from neuronc.hubcache.builds import BuildLookup, BuildStatus, FieldDiff, Nearest, Wanted, lookup_build, lookup_builds
 from neuronc.hubcache.configs import CACHE_WHITE_LIST, ModelArch, arch_digest, normalize_config
+from neuronc.hubcache.entries import CacheEntry, EntryError, EntryProblem, entry_hash, parse_entry, serialize_entry
+from neuronc.hubcache.hub import HubSource
 from neuronc.hubcache.lookup import (
-    ArchCheck,
-    BuildLookup,
-    FieldDiff,
     Filters,
+    Hidden,
     LookupResult,
     Match,
     ModelContext,
-    Nearest,
-    compare_arch,
-    lookup_build,
-    lookup_builds,
+    Relation,
     lookup_model,
     model_context,
-    wanted_fields,
 )
-from neuronc.hubcache.registry import (
-    CacheEntry,
-    EntryProblem,
-    Query,
-    Registry,
-    RegistryPath,
-    entry_hash,
-    parse_entry,
-    parse_registry_path,
-    serialize_entry,
-)
-from neuronc.hubcache.sources import HubSource, RegistrySource, SnapshotSource, resolve_cache_repo
+from neuronc.hubcache.mirror import MirrorResult, mirror
+from neuronc.hubcache.paths import Layout, RegistryPath, parse_registry_path
+from neuronc.hubcache.registry import IndexState, Query, Registry, SourceInfo
+from neuronc.hubcache.snapshot import SnapshotSource
+from neuronc.hubcache.sources import RegistrySource, resolve_cache_repo
 
 __all__ = [
     "CACHE_WHITE_LIST",
     "ArchCheck",
     "BuildLookup",
+    "BuildStatus",
     "CacheEntry",
+    "EntryError",
     "EntryProblem",
     "FieldDiff",
     "Filters",
+    "Hidden",
     "HubSource",
+    "IndexState",
+    "Layout",
     "LookupResult",
     "Match",
+    "MirrorResult",
     "ModelArch",
     "ModelContext",
     "Nearest",
@@ -62,18 +65,22 @@ __all__ = [
     "Registry",
     "RegistryPath",
     "RegistrySource",
+    "Relation",
     "SnapshotSource",
+    "SourceInfo",
+    "Wanted",
     "arch_digest",
+    "arch_key",
     "compare_arch",
     "entry_hash",
     "lookup_build",
     "lookup_builds",
     "lookup_model",
+    "mirror",
     "model_context",
     "normalize_config",
     "parse_entry",
     "parse_registry_path",
     "resolve_cache_repo",
     "serialize_entry",
-    "wanted_fields",
 ]

@@ -3,7 +3,8 @@
 optimum-neuron's arch digest hashes ``PretrainedConfig.to_diff_dict()`` (transformers 4.57) minus a
 whitelist. ``to_diff_dict()`` keeps a key when it is not a base ``PretrainedConfig`` attribute, or
 when it differs from the base default or from the model class's default. neuronc reproduces this
-from a table of defaults generated from transformers 4.57.6 (``_config_defaults.py``) plus the few
+from a table of defaults generated from transformers 4.57.6 (``config_defaults.json``, package data
+written by ``scripts/gen_hubcache_config_defaults.py``) plus the few
 values each config class derives in its ``__init__`` (``head_dim``, ``num_key_value_heads``,
 ``layer_types`` ...). The emulation reads config.json as 4.57 would whichever transformers is
 installed, including a config.json that transformers 5 wrote (its ``rope_parameters`` is an unknown
@@ -16,10 +17,12 @@ only if the installed one is 4.57.x (``method == "transformers"``); otherwise (n
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 # optimum/neuron/cache/entries/cache_entry.py (0.4.5): keys removed before hashing.
@@ -61,6 +64,31 @@ _NOT_SERIALIZED = (
 )
 
 DigestMethod = Literal["emulated", "transformers"]
+DEFAULTS_FILE = Path(__file__).with_name("config_defaults.json")
+
+
+@dataclass(frozen=True)
+class DefaultsTable:
+    """transformers 4.57's config defaults: ``PretrainedConfig().to_dict()`` and, per model type, what differs."""
+
+    transformers_version: str
+    base: dict[str, Any]
+    classes: dict[str, dict[str, dict[str, Any]]]
+
+    def class_defaults(self, model_type: str | None) -> dict[str, Any]:
+        """``ConfigClass().to_dict()`` for a model type in the table; the base defaults for any other."""
+        table = self.classes.get(model_type or "")
+        return {**self.base, **table["overrides"]} if table is not None else dict(self.base)
+
+
+@functools.cache
+def defaults_table() -> DefaultsTable:
+    """The table shipped as package data (read once per process; our own file, so plain ``json``)."""
+    doc = json.loads(DEFAULTS_FILE.read_text(encoding="utf-8"))
+    base = dict(doc["base_defaults"])
+    # JSON keys are strings; transformers keeps id2label keyed by int (PretrainedConfig.__init__).
+    base["id2label"] = {int(k): v for k, v in base["id2label"].items()}
+    return DefaultsTable(doc["transformers_version"], base, doc["class_defaults"])
 
 
 def arch_digest(config: Mapping[str, Any], task: str | None) -> str:
@@ -115,7 +143,8 @@ def normalize_config(
     """Normalise a config.json dict as optimum-neuron 0.4.5 does before hashing.
 
     ``method=None`` emulates transformers for the model types in the generated table and imports
-    transformers (lazily) for others; it returns None when neither is possible.
+    transformers (lazily) for others; it returns None when neither is possible. Raises ConfigError
+    when a field the config class computes with has an unusable value (a hostile config.json).
     """
     model_type = raw.get("model_type")
     if not isinstance(model_type, str):
@@ -145,18 +174,75 @@ def _checkpoint_dtype(raw: Mapping[str, Any]) -> str | None:
 
 
 def _class_table() -> dict[str, dict[str, dict[str, Any]]]:
-    from neuronc.hubcache._config_defaults import CLASS_DEFAULTS
+    return defaults_table().classes
 
-    return CLASS_DEFAULTS
+
+class ConfigError(ValueError):
+    """A config.json that no config class could be built from (the message names the field)."""
+
+
+# Fields the emulated __init__ computes with (layer lists, head_dim, labels): they must be integers
+# in these bounds, or a hostile config.json could divide by zero or ask for a list of 10**18 items.
+_INT_FIELDS = {
+    "num_hidden_layers": (0, 100_000),
+    "num_attention_heads": (1, 2**31),
+    "hidden_size": (0, 2**40),
+    "num_key_value_heads": (1, 2**31),
+    "head_dim": (0, 2**31),
+    "max_window_layers": (0, 100_000),
+    "no_rope_layer_interval": (1, 100_000),
+    "num_labels": (0, 100_000),
+    "sliding_window": (0, 2**40),
+}
+_LIST_FIELDS = ("layer_types", "no_rope_layers", "mlp_only_layers")
+
+
+def check_config(raw: Mapping[str, Any]) -> None:
+    """Raise ConfigError when a config.json field the emulation computes with has an unusable value."""
+    for key, (low, high) in _INT_FIELDS.items():
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            raise ConfigError(f"field '{key}' must be an integer from {low} to {high}, got {_short_json(value)}")
+    for key in ("id2label", "pruned_heads"):
+        value = raw.get(key)
+        if value is not None and not (isinstance(value, dict) and all(_int_like(k) for k in value)):
+            raise ConfigError(f"field '{key}' must be an object keyed by integers")
+    for key in _LIST_FIELDS:
+        value = raw.get(key)
+        if value is not None and not isinstance(value, list):
+            raise ConfigError(f"field '{key}' must be a list, got {_short_json(value)}")
+    if raw.get("rope_scaling") is not None and not isinstance(raw["rope_scaling"], dict):
+        raise ConfigError(f"field 'rope_scaling' must be an object or null, got {_short_json(raw['rope_scaling'])}")
+    layers = raw.get("num_hidden_layers")
+    given = raw.get("no_rope_layers")
+    if isinstance(given, list) and isinstance(layers, int) and len(given) < layers:
+        raise ConfigError(f"field 'no_rope_layers' has {len(given)} items for {layers} layers")
+
+
+def _int_like(key: Any) -> bool:
+    return isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit() and len(key) < 19)
+
+
+def _short_json(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def emulate_diff_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """``AutoConfig.for_model(**raw).to_diff_dict()`` (transformers 4.57) for a model type in the table."""
-    from neuronc.hubcache._config_defaults import BASE_DEFAULTS, CLASS_DEFAULTS
+    """``AutoConfig.for_model(**raw).to_diff_dict()`` (transformers 4.57) for a model type in the table.
 
+    Raises ConfigError for a config.json the config class could not have been built from.
+    """
+    check_config(raw)
+    defaults = defaults_table()
+    base = defaults.base
     model_type = str(raw["model_type"])
-    table = CLASS_DEFAULTS[model_type]
-    class_defaults = {**BASE_DEFAULTS, **table["overrides"]}
+    table = defaults.classes[model_type]
+    class_defaults = defaults.class_defaults(model_type)
     params: dict[str, Any] = table["params"]
     given = {k: copy.deepcopy(v) for k, v in raw.items()}
 
@@ -183,7 +269,7 @@ def emulate_diff_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     diff: dict[str, Any] = {}
     for key, value in inst.items():
-        if key not in BASE_DEFAULTS or value != BASE_DEFAULTS[key] or value != class_defaults.get(key, value):
+        if key not in base or value != base[key] or value != class_defaults.get(key, value):
             diff[key] = value
     for key in _NOT_SERIALIZED:
         diff.pop(key, None)

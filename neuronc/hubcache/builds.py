@@ -1,0 +1,245 @@
+"""Build (profile) lookups: is each build of a profile in the cache, and if not, what is nearest.
+
+Each build maps to the fields optimum-neuron's entries carry (``Wanted``); a hit needs all of them
+equal and the entry's architecture equal to the model's. The nearest entries are ranked by the
+number of differing fields, then by how far the numbers are (on a log scale), then newest first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from neuronc.hubcache.lookup import Filters, Match, ModelContext, Relation, model_context, relate, sort_key
+from neuronc.hubcache.paths import normalize_target, printable
+from neuronc.hubcache.registry import Query, Registry
+from neuronc.progress import NULL_PROGRESS, ProgressSink
+
+if TYPE_CHECKING:
+    from neuronc.hubcache.sources import RegistrySource
+    from neuronc.spec import BuildSpec
+
+SHAPE_FIELDS = ("target", "tp_degree", "batch_size", "sequence_length", "dtype")
+
+
+class BuildStatus(StrEnum):
+    HIT = "hit"
+    MISS = "miss"
+    NOT_APPLICABLE = "not-applicable"
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The optimum-neuron entry fields a build maps to (target normalised as optimum-neuron does)."""
+
+    target: str | None
+    tp_degree: int
+    batch_size: int
+    sequence_length: int
+    dtype: str
+    max_context_length: int | None
+    task: str
+
+    @classmethod
+    def of(cls, spec: BuildSpec) -> Wanted:
+        return cls(
+            target=normalize_target(spec.target) if spec.target != "cpu" else None,
+            tp_degree=spec.tp_degree,
+            batch_size=spec.batch_size,
+            sequence_length=spec.sequence.max_length,
+            dtype=spec.dtype,
+            max_context_length=spec.sequence.max_context_length,
+            task=spec.model.task,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "tp_degree": self.tp_degree,
+            "batch_size": self.batch_size,
+            "sequence_length": self.sequence_length,
+            "dtype": self.dtype,
+            "max_context_length": self.max_context_length,
+            "task": self.task,
+        }
+
+
+def wanted_fields(spec: BuildSpec) -> dict[str, Any]:
+    """``Wanted.of(spec)`` as JSON (kept for callers of the 0.1 API)."""
+    return Wanted.of(spec).to_json()
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One field where a cached entry differs from what a build wants."""
+
+    field: str
+    entry: Any
+    wanted: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "entry": self.entry, "wanted": self.wanted}
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """A near miss: the entry and the fields that keep it from being a hit."""
+
+    match: Match
+    differences: tuple[FieldDiff, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entry": self.match.to_json(), "differences": [d.to_json() for d in self.differences]}
+
+
+@dataclass
+class BuildLookup:
+    """Whether one build of a profile is in the cache; on a miss, the nearest entries and why."""
+
+    spec: BuildSpec
+    status: BuildStatus
+    wanted: Wanted
+    hits: list[Match]
+    nearest: list[Nearest]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def hit(self) -> bool:
+        return self.status == BuildStatus.HIT
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.spec.build_index,
+            "name": self.spec.name,
+            "matrix": self.spec.matrix_values,
+            "model_id": self.spec.model.id,
+            "revision": self.spec.model.revision,
+            "backend": self.spec.backend,
+            "status": str(self.status),
+            "wanted": self.wanted.to_json(),
+            "hits": [m.to_json() for m in self.hits],
+            "nearest": [n.to_json() for n in self.nearest],
+            "notes": self.notes,
+        }
+
+
+def lookup_builds(
+    specs: Sequence[BuildSpec],
+    source: RegistrySource,
+    constraints: Filters = Filters(),
+    *,
+    progress: ProgressSink = NULL_PROGRESS,
+    nearest: int = 3,
+) -> tuple[list[BuildLookup], Registry | None]:
+    """Look up every build with one registry load; ``constraints`` (versions) must hold for a hit."""
+    contexts: dict[tuple[str, str | None, str, str | None], ModelContext] = {}
+    query = Query()
+    for spec in specs:
+        if spec.target == "cpu":
+            continue
+        key = (spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)
+        if key not in contexts:
+            base_dir = Path(spec.profile_path).parent if spec.profile_path else None
+            contexts[key] = model_context(
+                spec.model.id, source, task=spec.model.task, revision=spec.model.revision, base_dir=base_dir
+            )
+            query = query.merge(contexts[key].query())
+    registry = source.load(query, progress) if contexts else None
+    results = []
+    for spec in specs:
+        wanted = Wanted.of(spec)
+        if spec.target == "cpu":
+            note = "target cpu: the Neuron cache holds Neuron (inf2/trn1/trn2) artifacts only"
+            results.append(BuildLookup(spec, BuildStatus.NOT_APPLICABLE, wanted, [], [], [note]))
+            continue
+        context = contexts[(spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)]
+        assert registry is not None
+        results.append(_lookup_one(spec, wanted, context, registry, constraints, nearest))
+    return results, registry
+
+
+def lookup_build(
+    spec: BuildSpec,
+    source: RegistrySource,
+    constraints: Filters = Filters(),
+    *,
+    progress: ProgressSink = NULL_PROGRESS,
+) -> BuildLookup:
+    """Whether one build is cached; on a miss, the nearest entries and the fields that differ."""
+    results, _ = lookup_builds([spec], source, constraints, progress=progress)
+    return results[0]
+
+
+def _lookup_one(
+    spec: BuildSpec,
+    wanted: Wanted,
+    context: ModelContext,
+    registry: Registry,
+    constraints: Filters,
+    nearest_count: int,
+) -> BuildLookup:
+    from neuronc.backends import get_backend
+
+    matches, _ = relate(registry, context)
+    hits: list[Match] = []
+    scored: list[tuple[tuple[Any, ...], Nearest]] = []
+    for match in matches:
+        diffs = _differences(match, wanted, constraints)
+        if not diffs and match.relation != Relation.CONFIG_DIFFERS:
+            hits.append(match)
+        else:
+            scored.append((_distance(diffs, match), Nearest(match, tuple(diffs))))
+    hits.sort(key=sort_key)
+    scored.sort(key=lambda item: item[0])
+    nearest: list[Nearest] = []
+    seen: set[tuple[Any, ...]] = set()
+    for _, near in scored if not hits else ():
+        # Entries that differ in the same way and come from the same release say the same thing.
+        e = near.match.entry
+        key = (near.differences, e.optimum_version, e.compiler_version, e.model_id)
+        if key not in seen:
+            seen.add(key)
+            nearest.append(near)
+    notes = list(context.notes)
+    if not get_backend(spec.backend).uses_hf_neuron_cache:
+        notes.append(
+            f"backend {spec.backend}: the Hugging Face Neuron cache is filled by optimum-neuron exports; "
+            "a hit means optimum-neuron has compiled these shapes"
+        )
+    if not matches:
+        notes.append("nothing cached for this model or its architecture")
+    status = BuildStatus.HIT if hits else BuildStatus.MISS
+    return BuildLookup(spec, status, wanted, hits, nearest[:nearest_count], notes)
+
+
+def _differences(match: Match, wanted: Wanted, constraints: Filters) -> list[FieldDiff]:
+    entry = match.entry
+    diffs = [
+        FieldDiff(name, getattr(entry, name), getattr(wanted, name))
+        for name in SHAPE_FIELDS
+        if getattr(entry, name) != getattr(wanted, name)
+    ]
+    if entry.max_context_length is not None and entry.max_context_length != wanted.max_context_length:
+        diffs.append(FieldDiff("max_context_length", entry.max_context_length, wanted.max_context_length))
+    for name in constraints.rejects(entry):
+        if name in ("compiler_version", "optimum_neuron_version"):
+            value = entry.compiler_version if name == "compiler_version" else entry.optimum_version
+            diffs.append(FieldDiff(name, value, getattr(constraints, name)))
+    if match.relation == Relation.CONFIG_DIFFERS:
+        differing = ", ".join(printable(key) for key in match.differing)
+        diffs.append(FieldDiff("architecture", differing, "the model's config.json"))
+    return diffs
+
+
+def _distance(diffs: Sequence[FieldDiff], match: Match) -> tuple[Any, ...]:
+    spread = 0.0
+    for diff in diffs:
+        if isinstance(diff.entry, int) and isinstance(diff.wanted, int) and diff.entry > 0 and diff.wanted > 0:
+            spread += abs(math.log2(diff.entry / diff.wanted))
+        else:
+            spread += 4.0
+    return (len(diffs), spread, *sort_key(match))
