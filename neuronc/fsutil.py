@@ -71,7 +71,11 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
         if size > limit:
             msg = f"{os.fspath(path)}: {what} is {format_bytes(size)}; the limit is {format_bytes(limit)}"
             raise InvalidInputError(msg)
-        data = f.read(limit + 1)
+        # Ask for the size fstat gave (not the limit: read(n) allocates n bytes up front), then
+        # whatever the file grew by since, up to the limit.
+        data = f.read(size + 1)
+        if len(data) > size:
+            data += f.read(limit + 1 - len(data))
     if len(data) > limit:  # grew while we read it
         msg = f"{os.fspath(path)}: {what} is larger than {format_bytes(limit)}"
         raise InvalidInputError(msg)

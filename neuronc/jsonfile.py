@@ -20,6 +20,10 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 64
 # No field neuronc reads (sizes, offsets, shapes, token ids, counts) needs more than 64 bits.
 MAX_INT_DIGITS = 20
+# Every ASCII digit to "0", every other byte to " ": a run of MAX_INT_DIGITS + 1 zeros is then a
+# long number (or a long digit run in a string). bytes.translate is 30 times faster than a regex here.
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * (MAX_INT_DIGITS + 1)
 
 T = TypeVar("T")
 
@@ -79,18 +83,22 @@ def parse_json(
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise InvalidJsonError(f"{where}: not UTF-8 (byte {exc.start})") from None
+    # The hooks cost a Python call per number: only a document with a run of more than
+    # MAX_INT_DIGITS digits somewhere can hold an integer that needs the check.
+    encoded = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
+    kwargs: dict[str, Any] = {"parse_int": _parse_int} if _LONG_RUN in encoded.translate(_DIGITS_ONLY) else {}
+    if not allow_nan:
+        kwargs["parse_constant"] = _parse_constant
     try:
-        if allow_nan:
-            value = json.loads(text, parse_int=_parse_int)
-        else:
-            value = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+        value = json.loads(text, **kwargs)
     except RecursionError:
         raise InvalidJsonError(f"{where}: JSON nested more than {max_depth} levels deep") from None
     except json.JSONDecodeError as exc:
         raise InvalidJsonError(f"{where}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:
         raise InvalidJsonError(f"{where}: not valid JSON: {exc}") from None
-    if depth_of(value, max_depth) > max_depth:
+    # Nesting needs brackets: a document with fewer than max_depth of them cannot be too deep.
+    if text.count("[") + text.count("{") > max_depth and depth_of(value, max_depth) > max_depth:
         raise InvalidJsonError(f"{where}: JSON nested more than {max_depth} levels deep")
     return value
 

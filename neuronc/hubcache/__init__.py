@@ -14,32 +14,101 @@ parsed as hostile input), ``configs`` (optimum-neuron 0.4.5's config normalisati
 rows), ``registry`` (a loaded registry, query selection), ``index`` (the persistent index file),
 ``snapshot``/``hub``/``mirror``/``sources`` (where entries come from), ``lookup`` and ``builds``.
 
-Importing this package imports neither huggingface_hub nor transformers; a ``HubSource`` imports
-huggingface_hub when it first talks to the Hub. See docs/cache-lookup.md.
+Importing this package imports nothing else; each name loads its module when first used, and
+neither huggingface_hub nor transformers is imported until a ``HubSource`` first talks to the Hub.
+See docs/cache-lookup.md.
 """
 
 from __future__ import annotations
 
-from neuronc.hubcache.arch import ArchCheck, arch_key, compare_arch
-from neuronc.hubcache.builds import BuildLookup, BuildStatus, FieldDiff, Nearest, Wanted, lookup_build, lookup_builds
-from neuronc.hubcache.configs import CACHE_WHITE_LIST, ModelArch, arch_digest, normalize_config
-from neuronc.hubcache.entries import CacheEntry, EntryError, EntryProblem, entry_hash, parse_entry, serialize_entry
-from neuronc.hubcache.hub import HubSource
-from neuronc.hubcache.lookup import (
-    Filters,
-    Hidden,
-    LookupResult,
-    Match,
-    ModelContext,
-    Relation,
-    lookup_model,
-    model_context,
-)
-from neuronc.hubcache.mirror import MirrorResult, mirror
-from neuronc.hubcache.paths import Layout, RegistryPath, parse_registry_path
-from neuronc.hubcache.registry import IndexState, Query, Registry, SourceInfo
-from neuronc.hubcache.snapshot import SnapshotSource
-from neuronc.hubcache.sources import RegistrySource, resolve_cache_repo
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from neuronc.hubcache.arch import ArchCheck, arch_key, compare_arch
+    from neuronc.hubcache.builds import (
+        BuildLookup,
+        BuildStatus,
+        FieldDiff,
+        Nearest,
+        Wanted,
+        lookup_build,
+        lookup_builds,
+    )
+    from neuronc.hubcache.configs import CACHE_WHITE_LIST, ModelArch, arch_digest, normalize_config
+    from neuronc.hubcache.entries import CacheEntry, EntryError, EntryProblem, entry_hash, parse_entry, serialize_entry
+    from neuronc.hubcache.hub import HubSource
+    from neuronc.hubcache.lookup import (
+        Filters,
+        Hidden,
+        LookupResult,
+        Match,
+        ModelContext,
+        Relation,
+        lookup_model,
+        model_context,
+    )
+    from neuronc.hubcache.mirror import MirrorResult, mirror
+    from neuronc.hubcache.paths import Layout, RegistryPath, parse_registry_path
+    from neuronc.hubcache.registry import IndexState, Query, Registry, SourceInfo
+    from neuronc.hubcache.snapshot import SnapshotSource
+    from neuronc.hubcache.sources import RegistrySource, resolve_cache_repo
+
+# Names are imported from their module on first use (PEP 562): a snapshot lookup then never loads
+# the Hub client, the mirror writer or the profile lookups.
+_WHERE = {
+    "ArchCheck": "arch",
+    "arch_key": "arch",
+    "compare_arch": "arch",
+    "BuildLookup": "builds",
+    "BuildStatus": "builds",
+    "FieldDiff": "builds",
+    "Nearest": "builds",
+    "Wanted": "builds",
+    "lookup_build": "builds",
+    "lookup_builds": "builds",
+    "CACHE_WHITE_LIST": "configs",
+    "ModelArch": "configs",
+    "arch_digest": "configs",
+    "normalize_config": "configs",
+    "CacheEntry": "entries",
+    "EntryError": "entries",
+    "EntryProblem": "entries",
+    "entry_hash": "entries",
+    "parse_entry": "entries",
+    "serialize_entry": "entries",
+    "HubSource": "hub",
+    "Filters": "lookup",
+    "Hidden": "lookup",
+    "LookupResult": "lookup",
+    "Match": "lookup",
+    "ModelContext": "lookup",
+    "Relation": "lookup",
+    "lookup_model": "lookup",
+    "model_context": "lookup",
+    "MirrorResult": "mirror",
+    "mirror": "mirror",
+    "Layout": "paths",
+    "RegistryPath": "paths",
+    "parse_registry_path": "paths",
+    "IndexState": "registry",
+    "Query": "registry",
+    "Registry": "registry",
+    "SourceInfo": "registry",
+    "SnapshotSource": "snapshot",
+    "RegistrySource": "sources",
+    "resolve_cache_repo": "sources",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'neuronc.hubcache' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"neuronc.hubcache.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CACHE_WHITE_LIST",

@@ -21,7 +21,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,11 +74,19 @@ class DefaultsTable:
     transformers_version: str
     base: dict[str, Any]
     classes: dict[str, dict[str, dict[str, Any]]]
+    _merged: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def class_defaults(self, model_type: str | None) -> dict[str, Any]:
-        """``ConfigClass().to_dict()`` for a model type in the table; the base defaults for any other."""
-        table = self.classes.get(model_type or "")
-        return {**self.base, **table["overrides"]} if table is not None else dict(self.base)
+        """``ConfigClass().to_dict()`` for a model type in the table; the base defaults for any other.
+
+        One dict per model type, shared by every caller: read it, never change it.
+        """
+        key = model_type if model_type in self.classes else ""
+        merged = self._merged.get(key)
+        if merged is None:
+            table = self.classes.get(key)
+            merged = self._merged[key] = {**self.base, **table["overrides"]} if table is not None else dict(self.base)
+        return merged
 
 
 @functools.cache
@@ -242,7 +250,7 @@ def emulate_diff_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
     base = defaults.base
     model_type = str(raw["model_type"])
     table = defaults.classes[model_type]
-    class_defaults = defaults.class_defaults(model_type)
+    class_defaults = defaults.class_defaults(model_type)  # shared: deep-copied below before any change
     params: dict[str, Any] = table["params"]
     given = {k: copy.deepcopy(v) for k, v in raw.items()}
 

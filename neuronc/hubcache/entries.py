@@ -205,6 +205,8 @@ def _text(doc: Mapping[str, Any], key: str, prefix: str = "") -> str | None:
     value = doc.get(key)
     if value is None:
         return None
+    if type(value) is str and len(value) <= _MAX_TEXT and value.isascii() and value.isprintable():
+        return value  # the usual case, decided without the checks below
     _checked(value, str, f"{prefix}{key}")
     if len(value) > _MAX_TEXT or not value.isprintable() or not _encodes(value):
         raise EntryError(f"field '{prefix}{key}' must be printable text of at most {_MAX_TEXT} characters")

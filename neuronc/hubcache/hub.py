@@ -307,7 +307,7 @@ class HubSource:
         elif missing:
             skipped = self.download(missing, progress)
         records, info = self._records(selected, oids, skipped)
-        table = EntryTable.build(records, not_entries)
+        table, _ = EntryTable.build(records, not_entries)
         registry = Registry(self.info(), table, lambda p: self.read_blob(oids[p]), len(locations), [], info)
         if self.from_local_copy:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(listing.listed_at))

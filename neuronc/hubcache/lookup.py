@@ -180,11 +180,10 @@ def relate(registry: Registry, context: ModelContext) -> tuple[list[Match], dict
     matches: list[Match] = []
     other_tasks: dict[str, int] = {}
     model_id, arch, task = context.model_id, context.arch, context.task
-    key = context.arch_key
-    for row in registry.table.candidates(model_id, key):
-        summary = registry.summary(row)
-        same_id = model_id is not None and summary.model_id == model_id
-        entry_task = summary.task or task
+    table = registry.table
+    for row in table.candidates(model_id, context.arch_key):
+        same_id = model_id is not None and table.model_ids[row] == model_id
+        entry_task = table.tasks[row] or task
         if entry_task != task:
             if same_id:
                 other_tasks[entry_task] = other_tasks.get(entry_task, 0) + 1

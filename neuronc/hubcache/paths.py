@@ -32,7 +32,7 @@ PINNED_COMPILER = "2.21.33363.0"
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 # Every name in a real registry path (versions, model types, Hub org/name, hashes) uses these; a
 # name outside them (control characters, bytes that are not UTF-8, spaces) is not an entry's.
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*\Z")
+_NAMES = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*(?:/[A-Za-z0-9_][A-Za-z0-9._+-]*)*\Z")
 _MODES = ("inference", "training")
 _DTYPES = {
     "bf16": "bfloat16",
@@ -166,7 +166,7 @@ def parse_registry_path(path: str) -> RegistryPath | None:
     if len(parts) < 5 or parts[1] != REGISTRY_DIR:
         return None
     # Paths come from a server or a directory listing and may be written to disk: plain names only.
-    if not all(_NAME.match(part) for part in parts) or ".." in path:
+    if not _NAMES.match(path) or ".." in path:
         return None
     compiler, version, rest = parts[0], parts[2], parts[3:]
     stem = rest[-1][: -len(".json")]

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from neuronc.hubcache.entries import CacheEntry, EntryError, EntryProblem, parse_entry
+from neuronc.hubcache.entries import CacheEntry, EntryProblem, parse_entry
 from neuronc.hubcache.paths import Layout, RegistryPath, parse_registry_path
-from neuronc.hubcache.table import EntrySummary, EntryTable
+from neuronc.hubcache.table import EntryTable
 
 
 class SourceKind(StrEnum):
@@ -104,27 +104,24 @@ class Registry:
         return [EntryProblem(path, reason) for path, reason in self.table.problems] + self.late_problems
 
     def __len__(self) -> int:
-        return len(self.table.rows)
-
-    def summary(self, row: int) -> EntrySummary:
-        return self.table.summary(row)
+        return len(self.table)
 
     def entry(self, row: int) -> CacheEntry | None:
         """Row ``row`` in full (its file read again); None, with a problem recorded, if it no longer parses."""
         if row not in self._entries:
-            self._entries[row] = self._load(self.table.summary(row))
+            self._entries[row] = self._load(self.table.paths[row], self.table.aliases.get(row, ()))
         return self._entries[row]
 
-    def _load(self, summary: EntrySummary) -> CacheEntry | None:
-        location = parse_registry_path(summary.path)
+    def _load(self, path: str, aliases: tuple[str, ...]) -> CacheEntry | None:
+        location = parse_registry_path(path)
         if location is None or self.read is None:
             return None
         try:
-            return parse_entry(location, self.read(summary.path), summary.aliases)
+            return parse_entry(location, self.read(path), aliases)
         except OSError as exc:
-            self.late_problems.append(EntryProblem(summary.path, f"cannot read: {exc.strerror or exc}"))
-        except EntryError as exc:
-            self.late_problems.append(EntryProblem(summary.path, f"changed since it was indexed: {exc}"))
+            self.late_problems.append(EntryProblem(path, f"cannot read: {exc.strerror or exc}"))
+        except ValueError as exc:  # EntryError, or no longer a regular file of a sane size
+            self.late_problems.append(EntryProblem(path, f"changed since it was indexed: {exc}"))
         return None
 
     @property

@@ -15,7 +15,6 @@ broken entries) is reported per file and skipped.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,34 +34,11 @@ from neuronc.hubcache.paths import (
 from neuronc.hubcache.registry import IndexInfo, IndexState, Query, Registry, SourceInfo, SourceKind
 from neuronc.hubcache.sources import local_model_config
 from neuronc.hubcache.table import EntryTable, FileRecord, read_record
+from neuronc.hubcache.tree import MetadataRecord, PackedTree, TreeState, parent_of
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 _UNKNOWN = -1  # an mtime recorded too close to the scan to be trusted: checked again next time
 _NOT_AN_ENTRY = "not a registry entry path (neuronxcc-*/0_REGISTRY/<version>/<digest or model>/<hash>.json)"
-
-
-@dataclass
-class TreeState:
-    """What the index knows about a snapshot: directories, registry files and their records, skips."""
-
-    dirs: dict[str, int] = field(default_factory=dict)  # rel -> mtime_ns ("" is the root)
-    files: dict[str, tuple[int, int, FileRecord]] = field(default_factory=dict)  # rel -> (size, mtime_ns, record)
-    skips: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # directory rel -> [(rel, reason)]
-    metadata: tuple[int, int, tuple[str | None, str | None, str | None, str | None]] | None = None
-    table: EntryTable | None = None
-
-    def to_plain(self) -> tuple[object, ...]:
-        table = self.table.to_plain() if self.table is not None else None
-        return (self.dirs, self.files, self.skips, self.metadata, table)
-
-    @classmethod
-    def from_plain(cls, plain: object) -> TreeState | None:
-        if not (isinstance(plain, tuple) and len(plain) == 5):
-            return None
-        dirs, files, skips, metadata, table = plain
-        if not (isinstance(dirs, dict) and isinstance(files, dict) and isinstance(skips, dict)):
-            return None
-        return cls(dirs, files, skips, metadata, EntryTable.from_plain(table) if table is not None else None)
 
 
 class SnapshotSource:
@@ -95,17 +71,17 @@ class SnapshotSource:
 
     def load(self, query: Query = Query(), progress: ProgressSink = NULL_PROGRESS) -> Registry:
         """Every entry of the snapshot (the query does not narrow a local read: the index holds them all)."""
-        state, info = self._current_state(progress)
-        assert state.table is not None
-        registry = Registry(self.info(), state.table, self._read, len(state.files), list(self._notes), info)
-        if not any(d.startswith(COMPILER_PREFIX) and d.endswith(f"/{REGISTRY_DIR}") for d in state.dirs):
+        table, files, has_registry, info = self._current_table(progress)
+        registry = Registry(self.info(), table, self._read, files, list(self._notes), info)
+        if not has_registry:
             registry.notes.append(f"no {COMPILER_PREFIX}*/{REGISTRY_DIR} folder under {printable(str(self.root))}")
         return registry
 
     def locations(self) -> list[RegistryPath]:
-        """Every registry file in the snapshot (symlinked aliases of a local compile cache included)."""
-        state, _ = self._current_state(NULL_PROGRESS)
-        return [loc for loc in map(parse_registry_path, sorted(state.files)) if loc is not None]
+        """Every registry entry's files in the snapshot (symlinked aliases of a local compile cache included)."""
+        table, _, _, _ = self._current_table(NULL_PROGRESS)
+        paths = [*table.paths, *(a for aliases in table.aliases.values() for a in aliases)]
+        return [loc for loc in map(parse_registry_path, sorted(paths)) if loc is not None]
 
     def _read(self, rel: str) -> bytes:
         return read_limited(f"{self._real}/{rel}", MAX_ENTRY_BYTES)
@@ -120,27 +96,46 @@ class SnapshotSource:
         return config, where
 
     # -- the index ----------------------------------------------------------------------------------
-    def _current_state(self, progress: ProgressSink) -> tuple[TreeState, IndexInfo]:
+    def _current_table(self, progress: ProgressSink) -> tuple[EntryTable, int, bool, IndexInfo]:
+        """The table (from the index when nothing changed), files listed, whether any registry exists."""
         cutoff = racy_before()
-        state = TreeState.from_plain(self._index.load())
-        scanner = _Scanner(self._real, state or TreeState(), cutoff)
-        if state is None or state.table is None:
+        packed = PackedTree.from_plain(self._index.load())
+        if packed is not None:
+            dirs_changed, files_changed = packed.changes(self._real)
+            if not dirs_changed and not files_changed and not _metadata_changed(self._real, packed.metadata):
+                self._set_metadata(packed.metadata)
+                has_registry = any(_is_registry_dir(rel) for rel in packed.dir_rels())
+                return packed.table(), len(packed.file_names), has_registry, IndexInfo(IndexState.WARM)
+            scanner = _Scanner(self._real, packed.unpack(), cutoff)
+            scanner.update(dirs_changed, files_changed)
+            kind = IndexState.UPDATED
+        else:
+            scanner = _Scanner(self._real, TreeState(), cutoff)
             scanner.scan_root()
             kind = IndexState.REBUILT if self._index.found_invalid else IndexState.BUILT
-        else:
-            scanner.update()
-            kind = IndexState.UPDATED if scanner.changed else IndexState.WARM
         scanner.read_metadata(self._notes)
         parsed = scanner.parse_pending(progress)
         state = scanner.state
-        if scanner.changed or state.table is None:
-            problems = [item for items in state.skips.values() for item in items]
-            records = {rel: record for rel, (_, _, record) in state.files.items()}
-            state.table = EntryTable.build(records, problems)
-        saved = scanner.changed and self._index.save(state.to_plain())
-        meta = state.metadata
-        self._metadata = MirrorMetadata(*meta[2]) if meta is not None else None
-        return state, IndexInfo(kind, parsed, saved)
+        table, rows = state.table()
+        saved = self._index.save(PackedTree.pack(state, table, rows).to_plain())
+        self._set_metadata(state.metadata)
+        has_registry = any(_is_registry_dir(rel) for rel in state.dirs)
+        return table, len(state.files), has_registry, IndexInfo(kind, parsed, saved)
+
+    def _set_metadata(self, record: MetadataRecord | None) -> None:
+        self._metadata = MirrorMetadata(*record[2]) if record is not None else None
+
+
+def _is_registry_dir(rel: str) -> bool:
+    return rel.startswith(COMPILER_PREFIX) and rel.count("/") == 1 and rel.endswith(f"/{REGISTRY_DIR}")
+
+
+def _metadata_changed(root: str, known: MetadataRecord | None) -> bool:
+    try:
+        info = os.stat(f"{root}/{MIRROR_METADATA}")
+    except OSError:
+        return known is not None
+    return known is None or known[0] != info.st_size or known[1] != info.st_mtime_ns
 
 
 class _Scanner:
@@ -151,7 +146,7 @@ class _Scanner:
         self.state = state
         self.cutoff = cutoff
         self.changed = False
-        self.pending: dict[str, tuple[int, int]] = {}  # files to parse: rel -> (size, mtime_ns)
+        self.pending: dict[str, tuple[int, int, RegistryPath]] = {}  # files to parse: rel -> (size, mtime, where)
         self._kids: dict[str, tuple[list[str], list[str]]] | None = None
 
     def _path(self, rel: str) -> str:
@@ -161,7 +156,7 @@ class _Scanner:
         return _UNKNOWN if mtime_ns >= self.cutoff else mtime_ns
 
     def _skip(self, rel: str, reason: str) -> None:
-        self.state.skips.setdefault(_parent(rel), []).append((printable(rel), reason))
+        self.state.skips.setdefault(parent_of(rel), []).append((printable(rel), reason))
 
     # -- full scans -----------------------------------------------------------------------------------
     def scan_root(self) -> None:
@@ -217,9 +212,9 @@ class _Scanner:
             kids: dict[str, tuple[list[str], list[str]]] = {}
             for d in self.state.dirs:
                 if d:
-                    kids.setdefault(_parent(d), ([], []))[0].append(d)
+                    kids.setdefault(parent_of(d), ([], []))[0].append(d)
             for f in self.state.files:
-                kids.setdefault(_parent(f), ([], []))[1].append(f)
+                kids.setdefault(parent_of(f), ([], []))[1].append(f)
             self._kids = kids
         return self._kids.get(rel, ([], []))
 
@@ -238,12 +233,13 @@ class _Scanner:
     def _file(self, rel: str, size: int, mtime_ns: int) -> None:
         if not is_registry_candidate(rel):
             return
-        if parse_registry_path(rel) is None:
+        location = parse_registry_path(rel)
+        if location is None:
             self._skip(rel, _NOT_AN_ENTRY)
             return
         known = self.state.files.get(rel)
         if known is None or known[0] != size or known[1] != mtime_ns or known[1] == _UNKNOWN:
-            self.pending[rel] = (size, mtime_ns)
+            self.pending[rel] = (size, mtime_ns, location)
 
     def _drop(self, rel: str) -> None:
         """Forget a directory and everything under it."""
@@ -255,41 +251,26 @@ class _Scanner:
         self.changed = True
 
     # -- re-checks ------------------------------------------------------------------------------------
-    def update(self) -> None:
-        """One stat per known directory and file; list again what changed, re-read what changed."""
-        stat, path = os.stat, self._path
-        dirs_changed = []
-        for rel, mtime in self.state.dirs.items():
-            try:
-                if stat(path(rel)).st_mtime_ns == mtime:
-                    continue
-            except OSError:
-                pass
-            dirs_changed.append(rel)
-        files_changed = []
-        for rel, (size, mtime, _) in self.state.files.items():
-            try:
-                info = stat(path(rel))
-                if info.st_mtime_ns == mtime and info.st_size == size:
-                    continue
-            except OSError:
-                pass
-            files_changed.append(rel)
-        if not dirs_changed and not files_changed:
-            return
+    def update(self, dirs_changed: list[str], files_changed: list[str]) -> None:
+        """List again the folders that changed, re-read the files that changed (found by PackedTree.changes)."""
         self.changed = True
         for rel in sorted(dirs_changed, key=lambda d: (d.count("/"), d)):  # parents first
             if rel in self.state.dirs:  # not dropped with a parent
                 self._rescan(rel)
         for rel in files_changed:
             if rel in self.state.files and rel not in self.pending:
+                path = self._path(rel)
                 try:
-                    info = stat(path(rel))
+                    info = os.stat(path)
                 except OSError as exc:
                     del self.state.files[rel]
-                    self._skip(rel, "a broken symbolic link" if os.path.islink(path(rel)) else f"cannot read: {exc}")
+                    self._skip(
+                        rel, "a broken symbolic link" if os.path.islink(path) else f"cannot read: {exc.strerror}"
+                    )
                     continue
-                self.pending[rel] = (info.st_size, info.st_mtime_ns)
+                location = parse_registry_path(rel)
+                assert location is not None  # it was recorded as an entry path
+                self.pending[rel] = (info.st_size, info.st_mtime_ns, location)
 
     def parse_pending(self, progress: ProgressSink) -> int:
         """Read and parse the new and changed files."""
@@ -297,9 +278,7 @@ class _Scanner:
             return 0
         self.changed = True
         task = progress.task(f"indexing {len(self.pending)} registry files", total=len(self.pending))
-        for rel, (size, mtime_ns) in sorted(self.pending.items()):
-            location = parse_registry_path(rel)
-            assert location is not None
+        for rel, (size, mtime_ns, location) in sorted(self.pending.items()):
             record: FileRecord
             try:
                 record = read_record(location, read_limited(self._path(rel), MAX_ENTRY_BYTES))
@@ -335,7 +314,3 @@ class _Scanner:
             return
         fields = (meta.repo, meta.revision, meta.created_at, meta.endpoint)
         self.state.metadata = (info.st_size, self._mtime(info.st_mtime_ns), fields)
-
-
-def _parent(rel: str) -> str:
-    return rel.rsplit("/", 1)[0] if "/" in rel else ""
