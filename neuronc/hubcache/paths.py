@@ -153,6 +153,11 @@ class RegistryPath:
         return (self.compiler_folder, self.optimum_version, self.stem)
 
 
+def is_digest(name: str) -> bool:
+    """An arch digest folder's name (64 hex digits)."""
+    return _HEX64.match(name) is not None
+
+
 def is_registry_candidate(path: str) -> bool:
     """A ``.json`` file somewhere under ``neuronxcc-*/0_REGISTRY/``: an entry, or a file that claims to be one."""
     return path.startswith(COMPILER_PREFIX) and path.endswith(".json") and f"/{REGISTRY_DIR}/" in path

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from neuronc.hubcache.arch import arch_key
 from neuronc.hubcache.entries import CacheEntry, EntryError, parse_entry
-from neuronc.hubcache.paths import Layout, RegistryPath, parse_registry_path, registry_sort_key
+from neuronc.hubcache.paths import REGISTRY_DIR, RegistryPath, is_digest, registry_sort_key
 
 # (model_id, task, arch_key) of a usable entry file, or why the file cannot be used.
 FileRecord = tuple[str | None, str | None, str | None] | str
@@ -74,11 +74,13 @@ class EntryTable:
         groups: dict[tuple[str, str, str], list[tuple[bool, str]]] = {}
         registries: set[str] = set()
         for path in records:
-            location = parse_registry_path(path)
-            if location is None:  # recorded by an older index: not an entry
-                continue
-            registries.add(location.registry)
-            groups.setdefault(location.key, []).append((location.layout != Layout.ARCH_DIGEST, path))
+            # Every recorded path parsed as a registry path when it was recorded: split it again
+            # rather than parse it (this runs for every entry each time the index changes).
+            parts = path.split("/")
+            compiler, version, stem = parts[0], parts[2], parts[-1][: -len(".json")]
+            registries.add(f"{compiler}/{REGISTRY_DIR}/{version}")
+            alias = not (len(parts) == 5 and is_digest(parts[3]))
+            groups.setdefault((compiler, version, stem), []).append((alias, path))
         primaries: list[tuple[str, tuple[str, ...]]] = []
         for members in groups.values():
             members.sort()
