@@ -250,7 +250,7 @@ def test_broken_entries_warn_and_the_rest_still_answers(runner: CliRunner, tmp_p
     data = json.loads(result.stdout)
     assert len(data["skipped"]) == 2 and data["stats"]["skipped"] == 2
     assert len(data["entries"]) == len(_expected(LLAMA))
-    assert "2 broken registry entries skipped" in result.stderr
+    assert "2 registry files skipped" in result.stderr
 
 
 # -- profiles --------------------------------------------------------------------------------------

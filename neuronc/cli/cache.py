@@ -147,7 +147,7 @@ def _report_registry(registry: Registry | None) -> None:
     if len(problems) > 5:
         out.warning(f'... and {len(problems) - 5} more (all of them under "skipped" in --json)')
     if problems:
-        out.warning(f"{plural(len(problems), 'broken registry entry', 'broken registry entries')} skipped")
+        out.warning(f"{plural(len(problems), 'registry file')} skipped")
 
 
 def _result(data: dict[str, Any], render: Callable[[], None]) -> None:

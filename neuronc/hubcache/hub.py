@@ -28,6 +28,7 @@ from neuronc.hubcache.paths import (
     REGISTRY_DIR,
     is_registry_candidate,
     parse_registry_path,
+    path_problem,
     printable,
 )
 from neuronc.hubcache.registry import (
@@ -53,7 +54,6 @@ _OID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _DOWNLOAD_WORKERS = 8
 _TIMEOUT_S = 30.0
 _MAX_LISTING_BYTES = 256 * 1024 * 1024
-_NOT_AN_ENTRY = "not a registry entry path (neuronxcc-*/0_REGISTRY/<version>/<digest or model>/<hash>.json)"
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,7 @@ class HubSource:
             if loc is not None:
                 locations.append(loc)
             elif is_registry_candidate(path):
-                not_entries.append((printable(path), _NOT_AN_ENTRY))
+                not_entries.append((printable(path), path_problem(path)))
         selected = select_paths(locations, query)
         # Aliases have the same bytes (same blob id) as their primary file: fetch each blob once.
         missing: dict[str, str] = {}

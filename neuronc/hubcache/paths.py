@@ -153,6 +153,22 @@ class RegistryPath:
         return (self.compiler_folder, self.optimum_version, self.stem)
 
 
+NOT_AN_ENTRY = "not a registry entry path (neuronxcc-*/0_REGISTRY/<version>/<digest or model>/<hash>.json)"
+
+
+def path_problem(path: str) -> str:
+    """Why a ``.json`` file under a registry is not an entry (for a path ``parse_registry_path`` refused)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8: not a registry entry"
+    if not path.isprintable():
+        return "its name has control characters: not a registry entry"
+    if not _NAMES.match(path) or ".." in path:
+        return "its name has characters no registry name has (letters, digits and . _ + - only)"
+    return NOT_AN_ENTRY
+
+
 def is_digest(name: str) -> bool:
     """An arch digest folder's name (64 hex digits)."""
     return _HEX64.match(name) is not None

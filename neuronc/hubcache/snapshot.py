@@ -29,6 +29,7 @@ from neuronc.hubcache.paths import (
     RegistryPath,
     is_registry_candidate,
     parse_registry_path,
+    path_problem,
     printable,
 )
 from neuronc.hubcache.registry import IndexInfo, IndexState, Query, Registry, SourceInfo, SourceKind
@@ -38,7 +39,6 @@ from neuronc.hubcache.tree import MetadataRecord, PackedTree, TreeState, parent_
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 _UNKNOWN = -1  # an mtime recorded too close to the scan to be trusted: checked again next time
-_NOT_AN_ENTRY = "not a registry entry path (neuronxcc-*/0_REGISTRY/<version>/<digest or model>/<hash>.json)"
 
 
 class SnapshotSource:
@@ -148,6 +148,9 @@ class _Scanner:
         self.changed = False
         self.pending: dict[str, tuple[int, int, RegistryPath]] = {}  # files to parse: rel -> (size, mtime, where)
         self._kids: dict[str, tuple[list[str], list[str]]] | None = None
+        self._previous: dict[str, tuple[int, int, FileRecord]] = {}  # records a full re-scan may reuse
+        self._full = False  # scanning from the root (walk_files sees every folder once)
+        self.needs_full_scan = False
 
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
@@ -160,9 +163,13 @@ class _Scanner:
 
     # -- full scans -----------------------------------------------------------------------------------
     def scan_root(self) -> None:
-        """Forget everything and scan the snapshot from its root."""
+        """Scan the snapshot from its root (records of files that did not change are kept)."""
+        self._previous = {**self._previous, **self.state.files}
         self.state = TreeState(metadata=self.state.metadata)
+        self.pending.clear()
+        self._kids = None
         self.changed = True
+        self._full = True
         self._rescan("")
 
     def _rescan(self, rel: str) -> None:
@@ -203,6 +210,9 @@ class _Scanner:
                 continue  # known: checked on its own
             if depth == 0:
                 self._rescan(sub)
+            elif not self._full and os.path.islink(self._path(sub)):
+                # A new link to a folder: only a whole walk knows every folder it may lead back to.
+                self.needs_full_scan = True
             else:
                 self._walk(sub, subdirs[sub])
 
@@ -235,11 +245,13 @@ class _Scanner:
             return
         location = parse_registry_path(rel)
         if location is None:
-            self._skip(rel, _NOT_AN_ENTRY)
+            self._skip(rel, path_problem(rel))
             return
-        known = self.state.files.get(rel)
+        known = self.state.files.get(rel) or self._previous.get(rel)
         if known is None or known[0] != size or known[1] != mtime_ns or known[1] == _UNKNOWN:
             self.pending[rel] = (size, mtime_ns, location)
+        else:
+            self.state.files[rel] = known
 
     def _drop(self, rel: str) -> None:
         """Forget a directory and everything under it."""
@@ -271,6 +283,8 @@ class _Scanner:
                 location = parse_registry_path(rel)
                 assert location is not None  # it was recorded as an entry path
                 self.pending[rel] = (info.st_size, info.st_mtime_ns, location)
+        if self.needs_full_scan:
+            self.scan_root()
 
     def parse_pending(self, progress: ProgressSink) -> int:
         """Read and parse the new and changed files."""
