@@ -336,6 +336,23 @@ def test_cpu_builds_are_not_applicable(runner: CliRunner, tmp_path: Path) -> Non
     assert json.loads(result.stdout)["builds"][0]["status"] == "not-applicable"
 
 
+def test_human_output_shows_no_python_values(runner: CliRunner, tmp_path: Path) -> None:
+    """Issue 17: a CPU build printed "float32, None"; a missing value printed "None" in nearest lines."""
+    path = _profile(
+        tmp_path,
+        f"model:\n  id: {FIXTURE / 'models' / LLAMA}\nbackend: inductor\ntarget: cpu\nsequence:\n  max_length: 128\n",
+    )
+    result = invoke(runner, ["cache-lookup", str(path), "--snapshot", str(SNAPSHOT)])
+    assert result.exit_code == 0, result.output
+    assert "n/a  build 0" in result.stdout and "float32, cpu" in result.stdout
+    miss = _tiny_llama_profile(tmp_path, extra="matrix:\n  batch_size: [3]\n")
+    result = invoke(runner, ["cache-lookup", str(miss), "--snapshot", str(SNAPSHOT)])
+    for internal in ("None", "True", "False", "<", "'"):
+        assert internal not in result.stdout, result.stdout
+    result = lookup(runner, LLAMA, "--dtype", "int8")
+    assert result.exit_code == 2 and "--dtype int8: not one of bf16" in result.output
+
+
 def test_python_api_for_plan(tmp_path: Path) -> None:
     path = _tiny_llama_profile(tmp_path, extra="matrix:\n  batch_size: [4, 16, 5]\n")
     source = SnapshotSource(SNAPSHOT)

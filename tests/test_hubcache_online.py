@@ -94,6 +94,10 @@ def test_first_lookup_lists_and_downloads_then_a_repeat_costs_one_request(hub: H
     (only,) = hub.reset_requests()
     assert only[1].startswith(f"/api/models/{REPO}")  # model_info: the revision, nothing else
     assert second["entries"] == first["entries"]
+    # Parsed once: the index keeps each file's record under its path and blob id.
+    assert first["stats"]["index"]["state"] == "built"
+    assert first["stats"]["index"]["parsed"] >= first["stats"]["entries_read"]  # aliases are files too
+    assert second["stats"]["index"] == {"state": "warm", "parsed": 0, "saved": False}
 
     # The same answer from the snapshot the Hub served (config.json now in the local HF cache).
     offline = run_json("http://127.0.0.1:9", "cache-lookup", LLAMA, "--snapshot", str(SNAPSHOT))
@@ -116,6 +120,7 @@ def test_a_new_revision_downloads_only_new_entries(hub: HubDouble) -> None:
     assert [e["hash"] for e in after["entries"]] == [entry_hash(text)]
     seen = kinds(hub.reset_requests())
     assert seen["info"] == 1 and seen["resolve"] == 1
+    assert after["stats"]["index"]["state"] == "updated" and after["stats"]["index"]["parsed"] == 1
 
 
 def test_offline_without_a_local_copy_exits_6(hub: HubDouble) -> None:
@@ -148,7 +153,10 @@ def _dead_endpoint() -> str:
 def test_unreachable_hub_exits_6_without_a_copy() -> None:
     proc = run(_dead_endpoint(), "cache-lookup", LLAMA)
     assert proc.returncode == 6
-    assert "cannot reach" in proc.stderr
+    # What happened in words, never an HTTP library's repr (issue 17: "MaxRetryError(...)").
+    assert "cannot reach" in proc.stderr and ": connection refused" in proc.stderr
+    for internal in ("MaxRetryError", "NewConnectionError", "HTTPConnectionPool", "object at 0x", "Errno"):
+        assert internal not in proc.stderr
 
 
 def test_unreachable_hub_falls_back_to_the_local_copy(tmp_path: Path) -> None:
@@ -158,7 +166,8 @@ def test_unreachable_hub_falls_back_to_the_local_copy(tmp_path: Path) -> None:
     data = run_json(endpoint, "cache-lookup", LLAMA)
     assert data["entries"] == online["entries"]
     assert data["source"]["from_local_copy"] is True
-    assert any("cannot reach" in note for note in data["notes"])
+    (note,) = [note for note in data["notes"] if "cannot reach" in note]
+    assert "(connection refused); using the local copy" in note and "Error" not in note
 
 
 def test_private_repository_needs_hf_token(tmp_path: Path) -> None:
