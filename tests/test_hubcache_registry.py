@@ -165,17 +165,14 @@ def test_broken_entries_are_skipped_and_counted(tmp_path: Path) -> None:
     reasons = {Path(p.path).stem: p.reason for p in registry.problems}
     assert set(reasons) == set(broken)
     assert reasons["aaaaaaaaaaaaaaaaaaa1"].startswith("not valid JSON: ")
-    assert reasons["aaaaaaaaaaaaaaaaaaa2"] == "expected a JSON object, got a list"
-    assert (
-        reasons["aaaaaaaaaaaaaaaaaaa3"]
-        == "field 'neuron.batch_size' must be an integer from 1 to 2147483647, got \"4\""
-    )
-    assert reasons["aaaaaaaaaaaaaaaaaaa4"] == "field 'neuron.tp_degree' must be an integer from 1 to 2147483647, got 0"
-    assert reasons["aaaaaaaaaaaaaaaaaaa5"] == "field 'neuron.torch_dtype' must be a string, got 16"
-    assert reasons["aaaaaaaaaaaaaaaaaaa6"] == "missing field 'neuron.batch_size'"
-    assert reasons["aaaaaaaaaaaaaaaaaaa7"] == "missing field 'neuron'"
+    assert reasons["aaaaaaaaaaaaaaaaaaa2"] == "entry: expected a JSON object, got a list"
+    assert reasons["aaaaaaaaaaaaaaaaaaa3"] == "neuron: field 'batch_size': must be an integer, got \"4\""
+    assert reasons["aaaaaaaaaaaaaaaaaaa4"] == "neuron: field 'tp_degree' must be between 1 and 2147483647, got 0"
+    assert reasons["aaaaaaaaaaaaaaaaaaa5"] == "neuron: field 'torch_dtype': must be a string, got 16"
+    assert reasons["aaaaaaaaaaaaaaaaaaa6"] == "neuron: field 'batch_size' is missing"
+    assert reasons["aaaaaaaaaaaaaaaaaaa7"] == "entry: field 'neuron' is missing"
     assert reasons["aaaaaaaaaaaaaaaaaaa8"] == "not UTF-8 (byte 7)"
-    assert reasons["aaaaaaaaaaaaaaaaaaa9"] == "field 'neuron' must be an object, got a list"
+    assert reasons["aaaaaaaaaaaaaaaaaaa9"] == "entry: field 'neuron': must be an object, got a list"
     assert len(registry.entries) == len(list((SNAPSHOT / base).glob("*.json")))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from neuronc.hubcache.paths import (
     normalize_dtype,
     normalize_target,
 )
-from neuronc.jsonfile import InvalidJsonError, expect_type, parse_json
+from neuronc.jsonfile import InvalidJsonError, expect_object, expect_type, get_field, get_int, parse_json
 
 RESERVED_KEYS = ("_entry_class", "_model_id", "_task")
 MULTI_MODEL_CLASS = "MultiModelCacheEntry"
@@ -113,8 +113,7 @@ def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()
         doc = parse_json(data, where=location.path, max_bytes=MAX_ENTRY_BYTES)
     except InvalidJsonError as exc:
         raise EntryError(exc.message.removeprefix(f"{location.path}: ")) from None
-    if not isinstance(doc, dict):
-        raise EntryError(f"expected a JSON object, got {_json_kind(doc)}")
+    _field(expect_object, doc, "entry")
     entry_class = _text(doc, "_entry_class")
     model_id = _text(doc, "_model_id") or location.model_id
     task = _text(doc, "_task")
@@ -129,11 +128,11 @@ def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()
         model_type = location.model_type or ("stable-diffusion" if "unet" in config else None)
     else:
         if neuron_value is None:
-            raise EntryError("missing field 'neuron'")
-        neuron = _checked(neuron_value, dict, "neuron")
+            raise EntryError("entry: field 'neuron' is missing")
+        neuron = _field(expect_type, neuron_value, dict, "entry: field 'neuron'")
         model_type = _text(config, "model_type") or location.model_type
     if not has_task:  # legacy entries keep the task in the neuron dict
-        task = _text(neuron, "task", "neuron.")
+        task = _text(neuron, "task", "neuron")
     batch_size = _first_int(neuron, ("batch_size", "static_batch_size"), required=True)
     assert batch_size is not None
     sequence_length = _first_int(neuron, ("sequence_length", "static_sequence_length"))
@@ -160,30 +159,19 @@ def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()
         dtype=normalize_dtype(dtype_value) if dtype_value else None,
         target=normalize_target(target_value) if target_value else None,
         max_context_length=_first_int(neuron, ("max_context_length",)),
-        checkpoint_revision=_text(neuron, "checkpoint_revision", "neuron."),
+        checkpoint_revision=_text(neuron, "checkpoint_revision", "neuron"),
         digest_folder=location.digest,
         hash_verified=hashlib.sha512(data).hexdigest()[:20] == location.stem,
         aliases=tuple(aliases),
     )
 
 
-def _json_kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, bool):
-        return "true or false"
-    if value is None:
-        return "null"
-    return "a number" if isinstance(value, int | float) else "a string"
-
-
-def _checked(value: Any, kind: type, where: str) -> Any:
+def _field(check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A ``neuronc.jsonfile`` accessor whose InvalidJsonError becomes this entry's EntryError."""
     try:
-        return expect_type(value, kind, f"field '{where}'")
+        return check(*args, **kwargs)
     except InvalidJsonError as exc:
-        raise EntryError(exc.message.replace("': must", "' must", 1)) from None
+        raise EntryError(exc.message) from None
 
 
 def _is_multi(doc: Mapping[str, Any]) -> bool:
@@ -200,17 +188,17 @@ def _multi_model_neuron(config: Mapping[str, Any]) -> dict[str, Any]:
     raise EntryError("multi-model entry without a 'unet' or 'transformer' neuron config")
 
 
-def _text(doc: Mapping[str, Any], key: str, prefix: str = "") -> str | None:
+def _text(doc: Mapping[str, Any], key: str, where: str = "entry") -> str | None:
     """An optional string field that neuronc prints: printable UTF-8, at most _MAX_TEXT characters."""
     value = doc.get(key)
     if value is None:
         return None
     if type(value) is str and len(value) <= _MAX_TEXT and value.isascii() and value.isprintable():
         return value  # the usual case, decided without the checks below
-    _checked(value, str, f"{prefix}{key}")
-    if len(value) > _MAX_TEXT or not value.isprintable() or not _encodes(value):
-        raise EntryError(f"field '{prefix}{key}' must be printable text of at most {_MAX_TEXT} characters")
-    return str(value)
+    text: str = _field(get_field, doc, key, str, where)
+    if len(text) > _MAX_TEXT or not text.isprintable() or not _encodes(text):
+        raise EntryError(f"{where}: field '{key}' must be printable text of at most {_MAX_TEXT} characters")
+    return text
 
 
 def _encodes(text: str) -> bool:
@@ -223,21 +211,18 @@ def _encodes(text: str) -> bool:
 
 def _first_int(neuron: Mapping[str, Any], keys: Sequence[str], *, required: bool = False) -> int | None:
     for key in keys:
-        value = neuron.get(key)
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_SHAPE:
-                shown = json.dumps(value)[:40] if not isinstance(value, dict | list) else _json_kind(value)
-                raise EntryError(f"field 'neuron.{key}' must be an integer from 1 to {_MAX_SHAPE}, got {shown}")
+        if neuron.get(key) is not None:
+            value: int = _field(get_int, neuron, key, "neuron", minimum=1, maximum=_MAX_SHAPE)
             return value
     if required:
-        raise EntryError(f"missing field 'neuron.{keys[0]}'")
+        raise EntryError(f"neuron: field '{keys[0]}' is missing")
     return None
 
 
 def _first_text(neuron: Mapping[str, Any], keys: Sequence[str]) -> str | None:
     for key in keys:
         if neuron.get(key) is not None:
-            return _text(neuron, key, "neuron.")
+            return _text(neuron, key, "neuron")
     return None
 
 
