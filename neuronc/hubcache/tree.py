@@ -152,14 +152,27 @@ class PackedTree:
         return f"{self.dir_rels()[d]}/{self.file_names[index]}" if d >= 0 else self.file_names[index]
 
     def changes(self, root: str) -> tuple[list[str], list[str]]:
-        """The folders (mtime) and files (size, mtime) that are not as recorded: one stat each."""
+        """The folders (mtime) and files (size, mtime) that are not as recorded: one stat each.
+
+        Paths are looked up relative to an open descriptor of the root (fewer components for the
+        kernel to resolve, 20,000 times over).
+        """
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return self.dir_rels(), [self.file_rel(i) for i in range(len(self.file_names))]
+        try:
+            return self._changes(fd)
+        finally:
+            os.close(fd)
+
+    def _changes(self, fd: int) -> tuple[list[str], list[str]]:
         stat = os.stat
         rels = self.dir_rels()
-        prefix = root.rstrip("/") + "/"
         dirs_changed = []
         for rel, mtime in zip(rels, self.dir_mtimes, strict=True):
             try:
-                if stat(prefix + rel).st_mtime_ns == mtime:
+                if stat(rel or ".", dir_fd=fd).st_mtime_ns == mtime:
                     continue
             except OSError:
                 pass
@@ -169,7 +182,7 @@ class PackedTree:
             zip(self.file_dirs, self.file_names, self.file_sizes, self.file_mtimes, strict=True)
         ):
             try:
-                info = stat(f"{prefix}{rels[d]}/{name}" if d >= 0 else prefix + name)
+                info = stat(f"{rels[d]}/{name}" if d >= 0 else name, dir_fd=fd)
                 if info.st_mtime_ns == mtime and info.st_size == size:
                     continue
             except OSError:
