@@ -66,20 +66,24 @@ def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) 
 def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = "file") -> bytes:
     """A regular file's bytes, refusing files larger than ``limit`` (InvalidInputError, exit 2)."""
     fd = open_regular(path)
-    with os.fdopen(fd, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    try:
+        size = os.fstat(fd).st_size
         if size > limit:
             msg = f"{os.fspath(path)}: {what} is {format_bytes(size)}; the limit is {format_bytes(limit)}"
             raise InvalidInputError(msg)
-        # Ask for the size fstat gave (not the limit: read(n) allocates n bytes up front), then
-        # whatever the file grew by since, up to the limit.
-        data = f.read(size + 1)
-        if len(data) > size:
-            data += f.read(limit + 1 - len(data))
-    if len(data) > limit:  # grew while we read it
+        # Plain os.read (no buffered file object: this runs for every file of large trees), asking
+        # for the size fstat gave plus one byte, then for whatever the file grew by, up to the limit.
+        chunks = [os.read(fd, size + 1)]
+        total = len(chunks[0])
+        while chunks[-1] and total <= limit:
+            chunks.append(os.read(fd, limit + 1 - total))
+            total += len(chunks[-1])
+    finally:
+        os.close(fd)
+    if total > limit:  # grew while we read it
         msg = f"{os.fspath(path)}: {what} is larger than {format_bytes(limit)}"
         raise InvalidInputError(msg)
-    return data
+    return chunks[0] if len(chunks) <= 2 else b"".join(chunks)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True, mode: int = 0o644) -> None:

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from neuronc.hubcache.paths import (
     REGISTRY_DIR,
@@ -107,8 +107,54 @@ class EntryProblem:
         return {"path": self.path, "reason": self.reason}
 
 
+class _Fields(NamedTuple):
+    entry_class: str | None
+    model_id: str | None
+    task: str | None
+    model_type: str | None
+    config: dict[str, Any]
+    neuron: dict[str, Any]
+    batch_size: int
+    sequence_length: int | None
+    tp_degree: int
+    dtype: str | None
+    target: str | None
+    compiler_version: str
+    max_context_length: int | None
+    checkpoint_revision: str | None
+
+
 def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()) -> CacheEntry:
     """Turn one registry file into a CacheEntry; raise EntryError with a one-line reason if unusable."""
+    f = check_entry(location, data)
+    return CacheEntry(
+        hash=location.stem,
+        path=location.path,
+        layout=location.layout,
+        compiler_folder=location.compiler_folder,
+        compiler_version=f.compiler_version,
+        optimum_version=location.optimum_version,
+        model_id=f.model_id,
+        task=f.task,
+        model_type=f.model_type,
+        entry_class=f.entry_class,
+        config=f.config,
+        neuron=f.neuron,
+        batch_size=f.batch_size,
+        sequence_length=f.sequence_length,
+        tp_degree=f.tp_degree,
+        dtype=f.dtype,
+        target=f.target,
+        max_context_length=f.max_context_length,
+        checkpoint_revision=f.checkpoint_revision,
+        digest_folder=location.digest,
+        hash_verified=hashlib.sha512(data).hexdigest()[:20] == location.stem,
+        aliases=tuple(aliases),
+    )
+
+
+def check_entry(location: RegistryPath, data: bytes) -> _Fields:
+    """Parse and check one registry file, field by field (``parse_entry`` without building the entry)."""
     try:
         doc = parse_json(data, where=location.path, max_bytes=MAX_ENTRY_BYTES)
     except InvalidJsonError as exc:
@@ -135,34 +181,23 @@ def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()
         task = _text(neuron, "task", "neuron")
     batch_size = _first_int(neuron, ("batch_size", "static_batch_size"), required=True)
     assert batch_size is not None
-    sequence_length = _first_int(neuron, ("sequence_length", "static_sequence_length"))
-    tp_degree = _first_int(neuron, ("tp_degree", "tensor_parallel_size", "num_cores")) or 1
     dtype_value = _first_text(neuron, ("torch_dtype", "dtype", "auto_cast_type", "float_dtype"))
     target_value = _first_text(neuron, ("target", "instance_type"))
-    compiler = _first_text(neuron, ("neuronxcc_version", "compiler_version")) or location.compiler_version
-    return CacheEntry(
-        hash=location.stem,
-        path=location.path,
-        layout=location.layout,
-        compiler_folder=location.compiler_folder,
-        compiler_version=compiler,
-        optimum_version=location.optimum_version,
+    return _Fields(
+        entry_class=entry_class,
         model_id=model_id,
         task=task,
         model_type=model_type,
-        entry_class=entry_class,
         config=config,
         neuron=neuron,
         batch_size=batch_size,
-        sequence_length=sequence_length,
-        tp_degree=tp_degree,
+        sequence_length=_first_int(neuron, ("sequence_length", "static_sequence_length")),
+        tp_degree=_first_int(neuron, ("tp_degree", "tensor_parallel_size", "num_cores")) or 1,
         dtype=normalize_dtype(dtype_value) if dtype_value else None,
         target=normalize_target(target_value) if target_value else None,
+        compiler_version=_first_text(neuron, ("neuronxcc_version", "compiler_version")) or location.compiler_version,
         max_context_length=_first_int(neuron, ("max_context_length",)),
         checkpoint_revision=_text(neuron, "checkpoint_revision", "neuron"),
-        digest_folder=location.digest,
-        hash_verified=hashlib.sha512(data).hexdigest()[:20] == location.stem,
-        aliases=tuple(aliases),
     )
 
 

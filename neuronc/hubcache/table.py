@@ -12,28 +12,36 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from neuronc.hubcache.arch import arch_key
-from neuronc.hubcache.entries import CacheEntry, EntryError, parse_entry
+from neuronc.hubcache.entries import MULTI_MODEL_CLASS, EntryError, check_entry
 from neuronc.hubcache.paths import REGISTRY_DIR, RegistryPath, is_digest, registry_sort_key
 
 # (model_id, task, arch_key) of a usable entry file, or why the file cannot be used.
 FileRecord = tuple[str | None, str | None, str | None] | str
 
 
-def record_of(entry: CacheEntry) -> FileRecord:
+def record_of(
+    model_id: str | None,
+    task: str | None,
+    model_type: str | None,
+    config: Mapping[str, Any],
+    *,
+    multi_model: bool = False,
+) -> FileRecord:
     """What the index keeps of a parsed entry."""
-    key = None if entry.is_multi_model else arch_key(entry.model_type, entry.config)
-    task = sys.intern(entry.task) if entry.task is not None else None  # one object: marshal writes it once
-    return (entry.model_id, task, key)
+    key = None if multi_model else arch_key(model_type, config)
+    return (model_id, sys.intern(task) if task is not None else None, key)  # one task object: marshal writes it once
 
 
 def read_record(location: RegistryPath, data: bytes) -> FileRecord:
-    """Parse one registry file into its record."""
+    """Parse and check one registry file into its record (the checks of ``parse_entry``, no entry built)."""
     try:
-        return record_of(parse_entry(location, data))
+        f = check_entry(location, data)
     except EntryError as exc:
         return str(exc)
+    return record_of(f.model_id, f.task, f.model_type, f.config, multi_model=f.entry_class == MULTI_MODEL_CLASS)
 
 
 @dataclass
