@@ -68,11 +68,6 @@ class Wanted:
         }
 
 
-def wanted_fields(spec: BuildSpec) -> dict[str, Any]:
-    """``Wanted.of(spec)`` as JSON (kept for callers of the 0.1 API)."""
-    return Wanted.of(spec).to_json()
-
-
 @dataclass(frozen=True)
 class FieldDiff:
     """One field where a cached entry differs from what a build wants."""
