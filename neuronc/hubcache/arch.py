@@ -108,10 +108,19 @@ def _tolerated(key: str, a: Any, b: Any, ours: Mapping[str, Any], defaults: Mapp
 
 
 def _derived_head_dim(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> int | None:
-    hidden = config.get("hidden_size", defaults.get("hidden_size"))
-    heads = config.get("num_attention_heads", defaults.get("num_attention_heads"))
-    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+    hidden = _whole(config.get("hidden_size", defaults.get("hidden_size")))
+    heads = _whole(config.get("num_attention_heads", defaults.get("num_attention_heads")))
+    if hidden is not None and heads is not None and heads > 0:
         return hidden // heads
+    return None
+
+
+def _whole(value: Any) -> int | None:
+    """An integer, or a float with an integral value (``16.0`` in a config means 16), else None."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
     return None
 
 
