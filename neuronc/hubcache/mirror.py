@@ -19,14 +19,13 @@ from neuronc.errors import CacheMissError, InvalidInputError
 from neuronc.fsutil import atomic_write_bytes, atomic_write_text
 from neuronc.hubcache.entries import MAX_ENTRY_BYTES
 from neuronc.hubcache.index import read_limited
-from neuronc.hubcache.paths import parse_registry_path, printable, version_matches
+from neuronc.hubcache.paths import MIRROR_METADATA, parse_registry_path, printable, version_matches
 from neuronc.jsonfile import InvalidJsonError, expect_object, get_field, read_json
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
     from neuronc.hubcache.hub import HubSource
 
-MIRROR_METADATA = ".neuronc-mirror.json"
 # The metadata lists every path mirrored (about 150 bytes each): room for a million of them.
 _MAX_METADATA_BYTES = 256 * 1024 * 1024
 

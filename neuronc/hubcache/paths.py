@@ -25,6 +25,8 @@ from typing import Any
 
 COMPILER_PREFIX = "neuronxcc-"
 REGISTRY_DIR = "0_REGISTRY"
+# What `neuronc cache mirror` writes last in a snapshot: repository, revision, time, paths written.
+MIRROR_METADATA = ".neuronc-mirror.json"
 # optimum-neuron 0.4.5 pins neuronx-cc==2.21.33363.0 and reads only its own registry folder
 # (optimum/neuron/cache/hub_cache.py: REGISTRY_FOLDER, hub_registry_path).
 OPTIMUM_NEURON_VERSION = "0.4.5"

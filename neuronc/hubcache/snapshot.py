@@ -22,9 +22,9 @@ from neuronc.errors import InvalidInputError
 from neuronc.fsutil import scan_dir, walk_files
 from neuronc.hubcache.entries import MAX_ENTRY_BYTES
 from neuronc.hubcache.index import IndexFile, racy_before, read_limited
-from neuronc.hubcache.mirror import MIRROR_METADATA, MirrorMetadata, read_mirror_metadata
 from neuronc.hubcache.paths import (
     COMPILER_PREFIX,
+    MIRROR_METADATA,
     REGISTRY_DIR,
     RegistryPath,
     is_registry_candidate,
@@ -56,7 +56,7 @@ class SnapshotSource:
             raise InvalidInputError(f"{shown}: not a directory", hint=hint)
         self._real = os.path.realpath(self.root)
         self._index = IndexFile("snapshot", self._real, index_dir)
-        self._metadata: MirrorMetadata | None = None
+        self._metadata: tuple[str | None, str | None, str | None, str | None] | None = None  # repo, revision, date
         self._notes: list[str] = []
 
     def info(self) -> SourceInfo:
@@ -64,9 +64,9 @@ class SnapshotSource:
         return SourceInfo(
             SourceKind.SNAPSHOT,
             path=printable(str(self.root)),
-            repo=meta.repo if meta else None,
-            revision=meta.revision if meta else None,
-            mirrored_at=meta.created_at if meta else None,
+            repo=meta[0] if meta else None,
+            revision=meta[1] if meta else None,
+            mirrored_at=meta[2] if meta else None,
         )
 
     def load(self, query: Query = Query(), progress: ProgressSink = NULL_PROGRESS) -> Registry:
@@ -123,7 +123,7 @@ class SnapshotSource:
         return table, len(state.files), has_registry, IndexInfo(kind, parsed, saved)
 
     def _set_metadata(self, record: MetadataRecord | None) -> None:
-        self._metadata = MirrorMetadata(*record[2]) if record is not None else None
+        self._metadata = record[2] if record is not None else None
 
 
 def _is_registry_dir(rel: str) -> bool:
@@ -321,6 +321,8 @@ class _Scanner:
             return
         self.changed = True
         try:
+            from neuronc.hubcache.mirror import read_mirror_metadata  # only when the file changed
+
             meta = read_mirror_metadata(Path(path))
         except InvalidInputError as exc:
             notes.append(f"ignored {exc.message}")
