@@ -176,6 +176,9 @@ def main() -> None:
             )
         env = dict(os.environ, HF_HOME=str(hf_home), XDG_CACHE_HOME=str(cache), HF_HUB_OFFLINE="1", NO_COLOR="1")
         env.pop("NEURONC_CACHE_DIR", None)
+        # As installed (pip compiles every module) or after a first run: with bytecode caches. A shell
+        # that sets PYTHONDONTWRITEBYTECODE would otherwise time the compiling of neuronc's sources.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         py = sys.executable
         lookup = [py, "-m", "neuronc", "cache-lookup", TARGET_MODEL, "--snapshot", str(snapshot), "--json"]
         baseline = [py, "-c", "pass"]
