@@ -118,13 +118,17 @@ class Output:
     def warning(self, text: str) -> None:
         self.stderr.print(f"[yellow]warning:[/yellow] {_escape(text)}")
 
-    def error(self, exc: NeuroncError) -> None:
-        """Report a NeuroncError: message, details and hint on stderr; JSON on stdout in --json mode."""
-        self.stderr.print(f"[bold red]error:[/bold red] {_escape(exc.message)}")
+    def explain(self, exc: NeuroncError, *, prefix: str = "") -> None:
+        """A NeuroncError for people, on stderr: message, details (a log tail, every problem), hint."""
+        self.stderr.print(f"[bold red]error:[/bold red] {_escape(prefix + exc.message)}")
         for line in exc.details:
             self.stderr.print(f"  {_escape(line)}")
         if exc.hint:
             self.stderr.print(f"[cyan]hint:[/cyan] {_escape(exc.hint)}")
+
+    def error(self, exc: NeuroncError) -> None:
+        """Report a NeuroncError: message, details and hint on stderr; JSON on stdout in --json mode."""
+        self.explain(exc)
         if self.json_mode:
             sys.stdout.write(to_json_text(exc.to_json()))
             sys.stdout.flush()

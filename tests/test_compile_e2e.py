@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronc.build import BuildReport, compile_profiles
 from neuronc.bundle import read_manifest, verify_bundle
+from neuronc.pipeline import BuildReport, compile_profiles
 from neuronc.store import Store
 
 pytestmark = pytest.mark.slow
@@ -119,7 +119,7 @@ def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache:
         ("tkg-b1-s128", True),
     ]
     assert report.nearest is not None
-    assert [d["field"] for d in report.nearest["differences"]] == ["sequence.context_buckets"]
+    assert [d["field"] for d in report.nearest.differences] == ["sequence.context_buckets"]
     assert verify_bundle(Path(report.bundle or "")).ok
     assert len(Store(demo.store).list()) == 2
 

@@ -43,13 +43,14 @@ def plan_command(
     json_out: JsonOpt = False,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
-    from neuronc.build import load_builds
-    from neuronc.plan import host_ram_bytes, plan_builds, profile_paths
+    from neuronc.ci import plan_builds
+    from neuronc.preflight import host_ram_bytes
+    from neuronc.profile import expand_profile_paths, load_builds
 
     out.configure(json_mode=json_out)
     if snapshot is not None and online:
         raise typer.BadParameter("give --snapshot or --online, not both")
-    specs = load_builds(profile_paths(profiles))
+    specs = load_builds(expand_profile_paths(profiles))
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
     data = {
@@ -74,7 +75,7 @@ def plan_command(
 def _render(plans: list[Any]) -> None:
     from rich.markup import escape
 
-    from neuronc.plan import gib
+    from neuronc.preflight import gib
 
     rows = []
     for p in plans:
@@ -91,7 +92,7 @@ def _render(plans: list[Any]) -> None:
                 p.config_hash[:12],
                 f"{p.spec.backend} · {p.spec.target} · tp {p.spec.tp_degree} · b{p.spec.batch_size}",
                 p.store["status"],
-                p.hf_cache["status"],
+                str(p.hf_cache.status),
                 device,
                 est.status,
                 gib(est.host_split_bytes) if est.host_split_bytes else ("-" if est.model else "?"),
@@ -121,8 +122,8 @@ def _render(plans: list[Any]) -> None:
             out.print(escape(f"  store: {p.store['note']}"))
         if p.store.get("other_toolchains"):
             out.print(escape(f"  store has this config for other toolchains: {', '.join(p.store['other_toolchains'])}"))
-        if p.hf_cache.get("detail") and p.hf_cache["status"] == "unknown":
-            out.print(escape(f"  hf cache: {p.hf_cache['detail']}"))
+        if p.hf_cache.reason and p.hf_cache.status == "unknown":
+            out.print(escape(f"  hf cache: {p.hf_cache.reason}"))
 
 
 __all__ = ["plan_command"]
