@@ -45,6 +45,9 @@ def _root(
         bool,
         typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
     ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Tables at full width whatever the terminal's (also NEURONC_WIDE=1).")
+    ] = False,
 ) -> None:
     """Compile LLMs ahead of time for AWS Neuron into versioned, verifiable bundles.
 
@@ -52,6 +55,10 @@ def _root(
     5 environment incompatible, 6 required cache/store hit missing, 130 interrupted.
     Set NEURONC_DEBUG=1 for tracebacks.
     """
+    if wide:
+        from neuronc._output import out
+
+        out.configure(json_mode=False, wide=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -30,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(func: F) -> F:
-    """Run a command body; map NeuroncError to its message, hint and exit code (NEURONC_DEBUG re-raises)."""
+    """Run a command body; map NeuroncError to its message, hint and exit code (NEURONC_DEBUG adds the traceback)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,14 +40,15 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except NeuroncError as exc:
             if os.environ.get("NEURONC_DEBUG"):
-                raise
+                # The traceback for whoever debugs; the documented exit code for CI all the same.
+                traceback.print_exc(file=sys.stderr)
             out.error(exc)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             out.info("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
-            out.json_mode = False
+            out.end_command()
 
     return wrapper  # type: ignore[return-value]
 

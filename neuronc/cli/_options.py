@@ -15,3 +15,7 @@ StoreOpt = Annotated[
         "--store", help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache."
     ),
 ]
+WideOpt = Annotated[
+    bool,
+    typer.Option("--wide", help="Tables at full width whatever the terminal's (default: fit the terminal)."),
+]

@@ -15,7 +15,7 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt
+from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
 from neuronc.errors import NeuroncError
 
 if TYPE_CHECKING:
@@ -65,11 +65,12 @@ def compile_command(
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     reports: list[Any] = []
 
     def on_report(report: Any) -> None:
@@ -138,6 +139,7 @@ def _render(reports: list[Any]) -> None:
         ["build", "status", "config", "graphs", "wall", "peak RSS"],
         rows,
         justify={"wall": "right", "peak RSS": "right", "graphs": "right"},
+        optional=["config", "graphs", "peak RSS"],
     )
     for r in reports:
         if r.status == "built" and r.stages:

@@ -14,7 +14,7 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt
+from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
@@ -42,12 +42,13 @@ def inspect_command(
     against_env: AgainstEnvOpt = False,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals."""
     from neuronc.bundle import read_manifest
     from neuronc.bundle._summary import bundle_summary
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     manifest = read_manifest(bundle)
     data = bundle_summary(manifest, bundle)
     failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
@@ -76,11 +77,12 @@ def verify_command(
     ] = None,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra."""
     from neuronc.bundle import read_manifest
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
     manifest = read_manifest(bundle)
@@ -194,9 +196,14 @@ def _s(value: Any, limit: int = 200) -> str:
     """A manifest value made safe for the terminal: no control characters, no Rich markup."""
     from rich.markup import escape
 
+    return escape(_cell(value, limit))
+
+
+def _cell(value: Any, limit: int = 200) -> str:
+    """A manifest value for a table cell: no control characters (cells are never read as markup)."""
     from neuronc.bundle import safe_text
 
-    return "" if value is None else escape(safe_text(value, limit))
+    return "" if value is None else safe_text(value, limit)
 
 
 def _size(n: int | None) -> str:
@@ -226,14 +233,14 @@ def _render(d: dict[str, Any]) -> None:
     if d["graphs"]:
         rows = [
             [
-                _s(g["name"]),
-                _s(g["role"]),
+                _cell(g["name"]),
+                _cell(g["role"]),
                 g["batch"],
                 g["bucket"],
                 _size(g["bytes"]),
                 f"{g['compile_seconds']:.1f}",
                 "hit" if g["cache_hit"] else "",
-                _s(g["artifact"]),
+                _cell(g["artifact"]),
             ]
             for g in d["graphs"]
         ]
@@ -244,10 +251,12 @@ def _render(d: dict[str, Any]) -> None:
             justify={"batch": "right", "bucket": "right", "size": "right", "compile s": "right"},
         )
     if d["shards"]:
-        rows = [[s["rank"], _s(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
+        rows = [[s["rank"], _cell(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
         out.table(["rank", "file", "size", "sha256"], rows, title="shards", justify={"size": "right"})
     out.table(
-        ["package", "version"], [[_s(k), _s(v) if v else "-"] for k, v in d["toolchain"].items()], title="toolchain"
+        ["package", "version"],
+        [[_cell(k), _cell(v) if v else "-"] for k, v in d["toolchain"].items()],
+        title="toolchain",
     )
     keys = d["keys"]
     out.print(f"config     {keys['config_hash']}")
@@ -259,8 +268,7 @@ def _render(d: dict[str, Any]) -> None:
     )
     if d["load_snippet"]:
         out.print("load:")
-        for line in str(d["load_snippet"]).splitlines()[:40]:
-            out.print(f"  {_s(line, 300)}")
+        out.code("\n".join(f"  {line}" for line in str(d["load_snippet"]).splitlines()[:40]))
     if "verify" in d:
         _render_verify(d)
     if "environment" in d:

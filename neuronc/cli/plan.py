@@ -9,7 +9,7 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt, StoreOpt
+from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INVALID_INPUT, PreflightError
 
 ProfilesOrDirsArg = Annotated[
@@ -41,13 +41,14 @@ def plan_command(
     online: OnlineOpt = False,
     jobs: PlanJobsOpt = 1,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
     from neuronc.ci import plan_builds
     from neuronc.preflight import host_ram_bytes
     from neuronc.profile import expand_profile_paths, load_builds
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     if snapshot is not None and online:
         raise typer.BadParameter("give --snapshot or --online, not both")
     specs = load_builds(expand_profile_paths(profiles))
@@ -88,7 +89,7 @@ def _render(plans: list[Any]) -> None:
                 device += f" ({fraction:.0%})"
         rows.append(
             [
-                escape(p.label),
+                p.label,
                 p.config_hash[:12],
                 f"{p.spec.backend} · {p.spec.target} · tp {p.spec.tp_degree} · b{p.spec.batch_size}",
                 p.store["status"],
@@ -112,6 +113,7 @@ def _render(plans: list[Any]) -> None:
             "host compile",
         ],
         rows,
+        optional=["key", "hf cache", "host split", "host compile"],
     )
     for p in plans:
         names = ", ".join(g["name"] for g in p.graphs)
