@@ -141,6 +141,17 @@ def test_toolchain_change_is_a_miss_that_says_so(ws: Path, monkeypatch: pytest.M
 # -- failures -------------------------------------------------------------------------------------
 
 
+def test_nearest_bundle_matches_the_checkpoint_not_the_spelling_of_its_path(ws: Path) -> None:
+    run(ws, write_profile(ws / "a.yaml", context_buckets=[16, 32]))
+    # The same checkpoint directory, named by an absolute path instead of "model".
+    other = write_profile(ws / "b.yaml", model=str(ws / "model"), context_buckets=[16, 48])
+    [report] = run(ws, other, require_hit=True)
+    assert (report.status, report.exit_code) == ("failed", 6)
+    assert report.nearest is not None
+    assert [d["field"] for d in report.nearest.differences] == ["sequence.context_buckets"]
+    assert report.error is not None and any("nearest bundle" in line for line in report.error.details)
+
+
 def test_require_hit_miss_is_exit_6_and_compiles_nothing(ws: Path) -> None:
     [report] = run(ws, write_profile(ws / "p.yaml"), require_hit=True)
     assert (report.status, report.exit_code) == ("failed", 6)
