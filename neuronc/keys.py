@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
 # Flags that libneuronxla's cache wrapper consumes and that do not reach the compiler: they change
-# where artifacts are cached, not what is compiled (reference/neuron-apis.md §3.4).
+# where artifacts are cached, not what is compiled (aws-neuron-sdk docs, neuron-caching.rst).
 _CACHE_ONLY_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
 HASHED_FIELDS = (
     "model.identity",

@@ -162,7 +162,7 @@ def gib(value: int | None) -> str:
 
 
 def hbm_per_core(target: str, options: Mapping[str, Any] | None = None) -> int | None:
-    """HBM per NeuronCore for a target (reference/neuron-apis.md §1.10); None for cpu."""
+    """HBM per NeuronCore for a target (AWS Neuron docs, NxD Inference API guide); None for cpu."""
     from neuronc.backends.base import HBM_BYTES_PER_CORE
 
     value = HBM_BYTES_PER_CORE.get(target)
