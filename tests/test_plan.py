@@ -320,6 +320,8 @@ def test_plan_cli_exits_2_when_a_build_cannot_fit(tmp_path: Path, runner: CliRun
     assert result.exit_code == 2, result.output
     assert "cannot fit the target's memory per NeuronCore" in result.stderr
     assert "23.0 GiB per NeuronCore" in result.stderr
+    # The hint names the smallest tp degree that fits, as docs/ci.md says.
+    assert "raise tp_degree to 2" in " ".join(result.stderr.split())
 
     result = _invoke(runner, ["plan", str(tmp_path / "p.yaml"), "--json"])
     assert result.exit_code == 2

@@ -67,10 +67,20 @@ def plan_command(
         return
     if out.json_mode:
         raise typer.Exit(EXIT_INVALID_INPUT)
-    details = [f"{p.label}: {p.estimate.summary()}" for p in failing]
-    count = len(failing)
-    msg = f"{count} build{'s' if count != 1 else ''} cannot fit the target's memory per NeuronCore"
-    raise PreflightError(msg, details=details, hint="raise tp_degree, or lower batch_size or sequence.max_length")
+    from neuronc.fsutil import plural
+    from neuronc.preflight import load_model_config, smallest_fitting_tp
+
+    details = []
+    fixes = []
+    for p in failing:
+        details.append(f"{p.label}: {p.estimate.summary()}")
+        config = load_model_config(p.spec)
+        better = smallest_fitting_tp(p.spec, config) if config is not None else None
+        if better is not None:
+            fixes.append(f"raise tp_degree to {better} for {p.label} (the smallest supported degree that fits)")
+    msg = f"{plural(len(failing), 'build')} cannot fit the target's memory per NeuronCore"
+    hint = "; ".join(fixes) + ", " if fixes else "raise tp_degree, "
+    raise PreflightError(msg, details=details, hint=hint + "or lower batch_size or sequence.max_length")
 
 
 def _render(plans: list[Any]) -> None:
