@@ -23,8 +23,18 @@ if TYPE_CHECKING:
 
 
 def to_json_text(data: Any) -> str:
-    """Serialise command output: stable key order as given, two-space indent, trailing newline."""
-    return json.dumps(data, indent=2, default=_json_default, ensure_ascii=False) + "\n"
+    """Serialise command output: stable key order as given, two-space indent, trailing newline.
+
+    Always valid UTF-8: a file name with bytes that are not UTF-8 reaches Python as lone
+    surrogates (PEP 383); then the whole document is written with ASCII escapes (``\\udcff``), which
+    any JSON parser reads back to the same string.
+    """
+    text = json.dumps(data, indent=2, default=_json_default, ensure_ascii=False) + "\n"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, indent=2, default=_json_default, ensure_ascii=True) + "\n"
+    return text
 
 
 def _json_default(value: Any) -> Any:

@@ -63,6 +63,12 @@ def _root(
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    # Text for people may hold file names that are not UTF-8 (lone surrogates, PEP 383): show them
+    # escaped rather than fail with UnicodeEncodeError half-way through the output.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     app(args=argv, prog_name="neuronc")
 
 
