@@ -51,8 +51,19 @@ def inspect_command(
     out.configure(json_mode=json_out, wide=wide)
     manifest = read_manifest(bundle)
     data = bundle_summary(manifest, bundle)
+    if data["load_snippet"] is None:
+        data["load_snippet"] = _backend_snippet(manifest.backend, bundle)
     failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
     _finish(data, lambda: _render(data), failure)
+
+
+def _backend_snippet(backend: str, bundle: Path) -> str | None:
+    """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
+    from neuronc.backends import backend_names, get_backend
+
+    if backend not in backend_names():
+        return None
+    return get_backend(backend).load_snippet(str(bundle.absolute()))
 
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
@@ -207,17 +218,14 @@ def _cell(value: Any, limit: int = 200) -> str:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+    from neuronc.fsutil import format_bytes
+
+    return "-" if n is None else format_bytes(n)
 
 
 def _render(d: dict[str, Any]) -> None:
+    from neuronc.fsutil import plural
+
     seq = d["sequence"]
     model = d["model"]
     revision = f" @ {_s(model['revision'], 64)}" if model["revision"] else ""
@@ -249,6 +257,7 @@ def _render(d: dict[str, Any]) -> None:
             rows,
             title="graphs",
             justify={"batch": "right", "bucket": "right", "size": "right", "compile s": "right"},
+            optional=["role", "size", "compile s", "cache", "artifact"],
         )
     if d["shards"]:
         rows = [[s["rank"], _cell(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
@@ -263,7 +272,8 @@ def _render(d: dict[str, Any]) -> None:
     out.print(f"toolchain  {keys['toolchain_key']}")
     t = d["totals"]
     out.print(
-        f"totals     {t['files']} files, {_size(t['bytes'])}; {t['graphs']} graphs, {t['shards']} shards; "
+        f"totals     {plural(t['files'], 'file')}, {_size(t['bytes'])}; {plural(t['graphs'], 'graph')}, "
+        f"{plural(t['shards'], 'shard')}; "
         f"compile {t['compile_seconds']:.1f} s, wall {t['wall_seconds']:.1f} s"
     )
     if d["load_snippet"]:
