@@ -31,10 +31,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from neuronc.checkpoint.reader import TensorInfo
-from neuronc.errors import CheckpointError, InvalidInputError
+from neuronc.errors import CheckpointError, InvalidInputError, safe_text
+from neuronc.jsonfile import InvalidJsonError, get_int
 
 Strategy = Literal["replicate", "column", "row", "vocab"]
 PartKind = Literal["even", "kv", "vocab"]
+
+# More attention heads than any model has; a config.json claiming more is refused before planning.
+MAX_HEADS = 65536
+# The largest tensor-parallel degree accepted: a split holds one open rank file per rank, and tp must
+# divide the attention heads, which no supported model has more than a few hundred of.
+MAX_TP = 1024
 
 SUPPORTED_FAMILIES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "opt", "phi3", "qwen2", "qwen3")
 
@@ -259,25 +266,32 @@ RULES: dict[str, list[Rule]] = {
 
 
 def model_dims(config: dict[str, Any] | None, *, where: str) -> ModelDims:
-    """Read the family and head counts from a Hugging Face config.json.
+    """Read the family and head counts from a Hugging Face config.json, field by field.
 
     Raises:
-        CheckpointError: config.json is missing or lacks the head counts.
+        CheckpointError: config.json is missing, or its head counts are missing or not positive
+            integers (at most ``MAX_HEADS``).
         InvalidInputError: the architecture is not one neuronc can split.
     """
     if config is None:
         raise CheckpointError(f"{where}: no config.json; neuronc needs it to know the architecture")
+    file = f"{where}/config.json"
     family = config.get("model_type")
-    if family not in RULES:
-        msg = f"{where}: cannot split architecture {family!r}"
+    if not isinstance(family, str) or family not in RULES:
+        shown = repr(safe_text(family)) if isinstance(family, str) else "missing" if family is None else "not a string"
+        msg = f"{where}: cannot split architecture {shown} (config.json's model_type)"
         raise InvalidInputError(msg, hint=f"supported families: {', '.join(SUPPORTED_FAMILIES)}")
-    assert isinstance(family, str)
-    heads = config.get("n_head") if family == "gpt2" else config.get("num_attention_heads")
-    kv = config.get("num_key_value_heads") or heads
-    if not isinstance(heads, int) or heads <= 0 or not isinstance(kv, int) or kv <= 0:
-        raise CheckpointError(f"{where}/config.json: missing or invalid attention head counts")
+    heads_field = "n_head" if family == "gpt2" else "num_attention_heads"
+    try:
+        heads = get_int(config, heads_field, file, minimum=1, maximum=MAX_HEADS)
+        kv = heads
+        if config.get("num_key_value_heads") is not None:  # absent or null: as many as the query heads
+            kv = get_int(config, "num_key_value_heads", file, minimum=1, maximum=MAX_HEADS)
+    except InvalidJsonError as exc:
+        raise CheckpointError(f"{exc.message} (attention head counts)") from None
+    assert heads is not None and kv is not None
     if heads % kv:
-        msg = f"{where}/config.json: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}"
+        msg = f"{file}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}"
         raise CheckpointError(msg)
     return ModelDims(family=family, num_heads=heads, num_kv_heads=kv)
 
@@ -293,8 +307,8 @@ def plan_partitions(
         InvalidInputError: tp does not divide the heads or rows a rule splits.
         CheckpointError: a tensor matches no rule, or its shape disagrees with config.json.
     """
-    if tp < 1:
-        raise InvalidInputError(f"tp must be at least 1, got {tp}")
+    if not 1 <= tp <= MAX_TP:
+        raise InvalidInputError(f"tp must be between 1 and {MAX_TP}, got {tp}")
     h, k = dims.num_heads, dims.num_kv_heads
     if h % tp:
         msg = f"tp={tp} does not divide the {h} attention heads of this {dims.family} model"
@@ -403,6 +417,17 @@ def _merge(slices: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
         else:
             merged.append((start, stop))
     return tuple(merged)
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint ranges covering the same indices as ``ranges`` (overlapping or touching ones joined)."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
 
 
 def _tp_hint(dims: ModelDims) -> str:
