@@ -211,7 +211,7 @@ def _slices_problem(
         if len(pair) != 2:
             raise InvalidJsonError(f"{where}: field 'slices': each slice must be [start, stop]")
         start, stop = (expect_type(v, int, f"{where}: field 'slices'") for v in pair)
-        if not 0 <= start < stop <= length:
+        if not 0 <= start <= stop <= length:  # empty slices only where the dimension is 0
             return f"rank {rank}: slice [{start}, {stop}) is outside dim {dim} of size {length}"
         if start < previous:
             return f"rank {rank}: slice [{start}, {stop}) is not after the one before it"

@@ -214,15 +214,17 @@ def _entry(tensor: str, spec: object, fail: Callable[[str], CheckpointError]) ->
 
 def _check_layout(entries: list[HeaderEntry], data_size: int, fail: Callable[[str], CheckpointError]) -> None:
     """Offsets must cover the data section exactly, in order, without gaps or overlaps (as the library checks)."""
+    ordered = sorted(entries, key=lambda e: (e.begin, e.end))
+    entry = max(entries, key=lambda e: e.end, default=None)
+    if entry is not None and entry.end > data_size:  # the most telling problem first: a header that lies
+        raise fail(
+            f"tensor '{safe_text(entry.name)}': data ends at byte {entry.end} of the data section, but the file "
+            f"holds only {data_size} data bytes (truncated, or the header lies about offsets)"
+        )
     cursor = 0
     previous: HeaderEntry | None = None
-    for entry in sorted(entries, key=lambda e: (e.begin, e.end)):
+    for entry in ordered:
         shown = safe_text(entry.name)
-        if entry.end > data_size:
-            raise fail(
-                f"tensor '{shown}': data ends at byte {entry.end} of the data section, but the file "
-                f"holds only {data_size} data bytes (truncated, or the header lies about offsets)"
-            )
         if entry.begin < cursor:
             other = safe_text(previous.name) if previous is not None else "?"
             raise fail(f"tensors '{other}' and '{shown}' overlap (bytes {entry.begin}..{cursor})")

@@ -29,11 +29,11 @@ _HF_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
 
 
 def plain_name_problem(name: object) -> str | None:
-    """Why ``name`` cannot be a file in the directory itself (None when it can)."""
+    """Why ``name`` (from an index.json) cannot be a file in the directory itself (None when it can)."""
     if not isinstance(name, str) or not name:
         return "is not a file name"
     if name in (".", "..") or "/" in name or "\x00" in name:
-        return "is not a plain file name in the model directory (outside the model directory)"
+        return "is outside the directory (not a plain file name)"
     return None
 
 

@@ -32,7 +32,8 @@ from typing import Any, Literal
 
 from neuronc.checkpoint.reader import TensorInfo
 from neuronc.errors import CheckpointError, InvalidInputError, safe_text
-from neuronc.jsonfile import InvalidJsonError, get_int
+from neuronc.fsutil import plural
+from neuronc.jsonfile import InvalidJsonError, get_field, get_int
 
 Strategy = Literal["replicate", "column", "row", "vocab"]
 PartKind = Literal["even", "kv", "vocab"]
@@ -276,19 +277,19 @@ def model_dims(config: dict[str, Any] | None, *, where: str) -> ModelDims:
     if config is None:
         raise CheckpointError(f"{where}: no config.json; neuronc needs it to know the architecture")
     file = f"{where}/config.json"
-    family = config.get("model_type")
-    if not isinstance(family, str) or family not in RULES:
-        shown = repr(safe_text(family)) if isinstance(family, str) else "missing" if family is None else "not a string"
-        msg = f"{where}: cannot split architecture {shown} (config.json's model_type)"
-        raise InvalidInputError(msg, hint=f"supported families: {', '.join(SUPPORTED_FAMILIES)}")
-    heads_field = "n_head" if family == "gpt2" else "num_attention_heads"
     try:
+        family = get_field(config, "model_type", str, file, required=False)
+        if family not in RULES:
+            shown = repr(safe_text(family)) if family is not None else "None (config.json has no model_type)"
+            msg = f"{where}: cannot split architecture {shown}"
+            raise InvalidInputError(msg, hint=f"supported families: {', '.join(SUPPORTED_FAMILIES)}")
+        heads_field = "n_head" if family == "gpt2" else "num_attention_heads"
         heads = get_int(config, heads_field, file, minimum=1, maximum=MAX_HEADS)
         kv = heads
         if config.get("num_key_value_heads") is not None:  # absent or null: as many as the query heads
             kv = get_int(config, "num_key_value_heads", file, minimum=1, maximum=MAX_HEADS)
     except InvalidJsonError as exc:
-        raise CheckpointError(f"{exc.message} (attention head counts)") from None
+        raise CheckpointError(exc.message) from None
     assert heads is not None and kv is not None
     if heads % kv:
         msg = f"{file}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}"
@@ -331,29 +332,32 @@ def plan_partitions(
         except CheckpointError as exc:
             raise CheckpointError(f"{_where(root, info)}{exc.message}", hint=exc.hint) from None
     if unknown:
-        msg = f"{unknown_file}{len(unknown)} tensor(s) match no {dims.family} partition rule, e.g. '{unknown[0]}'"
-        raise CheckpointError(msg, details=unknown[:20], hint="is config.json's model_type right?")
+        verb = "matches" if len(unknown) == 1 else "match"
+        msg = f"{unknown_file}{plural(len(unknown), 'tensor')} {verb} no {dims.family} partition rule"
+        msg += f", e.g. '{safe_text(unknown[0])}'"
+        details = [safe_text(n) for n in unknown[:20]]
+        raise CheckpointError(msg, details=details, hint="is config.json's model_type right?")
     return plans
 
 
 def _where(root: Path | None, info: TensorInfo) -> str:
-    return f"{root / info.file}: " if root is not None else f"{info.file}: "
+    return f"{safe_text(root / info.file if root is not None else info.file, limit=400)}: "
 
 
 def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partition:
-    shape = info.shape
+    shape, shown = info.shape, safe_text(info.name)
     if rule.strategy == "replicate" or rule.dim is None or rule.parts is None:
         return Partition(info.name, "replicate", None, shape, tp, replicas=tp)
     dim = rule.dim
     if len(shape) <= dim:
-        msg = f"tensor '{info.name}' has shape {list(shape)}; a {rule.strategy}-parallel split needs dim {dim}"
+        msg = f"tensor '{shown}' has shape {list(shape)}; a {rule.strategy}-parallel split needs dim {dim}"
         raise CheckpointError(msg)
     length = shape[dim]
     parts = rule.parts(dims, length)
     total_units = sum(p.units for p in parts)
     if total_units <= 0 or length % total_units:
         msg = (
-            f"tensor '{info.name}' has {length} along dim {dim}, not a multiple of "
+            f"tensor '{shown}' has {length} along dim {dim}, not a multiple of "
             f"{'+'.join(f'{p.units} {p.name}' for p in parts)} from config.json"
         )
         raise CheckpointError(msg)
@@ -377,7 +381,7 @@ def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partiti
                 pads[r] = per - (stop - start)
         elif part.kind == "kv" and part.units < tp:
             if tp % part.units:
-                msg = f"tp={tp} is not a multiple of the {part.units} KV heads of '{info.name}'"
+                msg = f"tp={tp} is not a multiple of the {part.units} KV heads of '{shown}'"
                 raise InvalidInputError(msg, hint=_tp_hint(dims))
             replicas = tp // part.units
             for r in range(tp):
@@ -386,7 +390,7 @@ def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partiti
         else:
             if part.units % tp:
                 what = "heads" if part.name != "rows" else "rows"
-                msg = f"tp={tp} does not divide the {part.units} {what} of '{info.name}' ({part.name})"
+                msg = f"tp={tp} does not divide the {part.units} {what} of '{shown}' ({part.name})"
                 raise InvalidInputError(msg, hint=_tp_hint(dims))
             per = part.units // tp
             for r in range(tp):

@@ -35,7 +35,7 @@ from neuronc.checkpoint._torchzip import load_bin, locate_tensors
 from neuronc.checkpoint._tree import ModelTree, plain_name_problem
 from neuronc.errors import CheckpointError, NeuroncError, safe_text
 from neuronc.fsutil import open_regular, read_bytes_limited
-from neuronc.jsonfile import InvalidJsonError, expect_object, parse_json
+from neuronc.jsonfile import InvalidJsonError, expect_object, expect_type, parse_json
 from neuronc.model.files import CONFIG_NAME, read_model_config
 
 if TYPE_CHECKING:
@@ -344,9 +344,12 @@ def _read_index(tree: ModelTree, name: str) -> dict[str, set[str] | None]:
         raise CheckpointError(f"{shown}: no 'weight_map' object mapping tensor names to files")
     files: dict[str, set[str] | None] = {}
     for tensor, file in weight_map.items():
+        try:
+            expect_type(file, str, f"{shown}: weight_map entry '{safe_text(tensor)}'")
+        except InvalidJsonError as exc:
+            raise CheckpointError(exc.message) from None
         if (problem := plain_name_problem(file)) is not None:
-            shown_file = safe_text(file) if isinstance(file, str) else _kind(file)
-            raise CheckpointError(f"{shown}: tensor '{safe_text(tensor)}' maps to {shown_file!r}, which {problem}")
+            raise CheckpointError(f"{shown}: tensor '{safe_text(tensor)}' maps to '{safe_text(file)}', which {problem}")
         names = files.setdefault(file, set())
         assert names is not None
         names.add(tensor)
@@ -356,10 +359,6 @@ def _read_index(tree: ModelTree, name: str) -> dict[str, set[str] | None]:
         details = [f"missing: {safe_text(f)}" for f in missing[:20]]
         raise CheckpointError(msg, details=details if len(missing) > 1 else (), hint="download every shard")
     return dict(sorted(files.items()))
-
-
-def _kind(value: object) -> str:
-    return {dict: "an object", list: "a list", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _open_safetensors(

@@ -17,35 +17,26 @@ the space needed.
 
 from __future__ import annotations
 
-import errno
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from neuronc.checkpoint._cast import cast_bytes, cast_target, dtype_code
-from neuronc.checkpoint._index import INDEX_FILE, build_index, write_index
+from neuronc.checkpoint._index import INDEX_FILE, build_index, index_text, write_index
 from neuronc.checkpoint._safetensors import DTYPE_SIZES, build_header, shape_problem
+from neuronc.checkpoint._staging import Staging, on_disk, refuse_nonempty
 from neuronc.checkpoint.partition import MAX_TP, Partition, RankSlice, merge_ranges, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from neuronc.checkpoint.writer import ShardWriter, WrittenFile
-from neuronc.errors import (
-    CheckpointError,
-    EnvironmentIncompatibleError,
-    InvalidInputError,
-    NeuroncError,
-    is_disk_full,
-    safe_text,
-)
-from neuronc.fsutil import check_free_space, disk_full_error, fsync_dir, plural
+from neuronc.errors import CheckpointError, EnvironmentIncompatibleError, InvalidInputError, safe_text
+from neuronc.fsutil import plural
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
 from neuronc.resources import peak_rss_bytes
 
@@ -158,12 +149,10 @@ def split_checkpoint(
     except ImportError:
         msg = "neuronc split needs numpy, which is not installed"
         raise EnvironmentIncompatibleError(msg, hint="pip install numpy (or 'neuronc[cpu]')") from None
-    if os.path.lexists(out_dir) and (out_dir.is_symlink() or not out_dir.is_dir() or any(out_dir.iterdir())):
-        msg = f"{safe_text(out_dir)}: already exists and is not an empty directory"
-        raise InvalidInputError(msg, hint="remove it or choose another --out")
+    refuse_nonempty(out_dir)
 
     with open_checkpoint(model_dir) as ckpt:
-        dims = model_dims(ckpt.config, where=str(model_dir))
+        dims = model_dims(ckpt.config, where=safe_text(model_dir, limit=400))
         plans = plan_partitions(dims, ckpt, tp, root=model_dir)
         stored = {p.name: cast_target(ckpt.tensors[p.name].dtype, target) for p in plans}
         # Widest elements first, then source order: every tensor then starts at a multiple of its
@@ -171,52 +160,40 @@ def split_checkpoint(
         order = sorted(plans, key=lambda p: -DTYPE_SIZES[stored[p.name]])
         layouts = [[(p.name, stored[p.name], p.rank_shape(r)) for p in order] for r in range(tp)]
         metadata = [{"format": "pt", "neuronc.rank": str(rank), "neuronc.tp": str(tp)} for rank in range(tp)]
-        needed = _output_bytes(layouts, metadata)
-        check_free_space(out_dir, needed, what=f"a split into {plural(tp, 'rank')}")
-        created = _missing_parents(out_dir)
-        staging: Path | None = None
-        writers: list[ShardWriter] = []
-        fanout = _Fanout(min(tp, WORKERS))
-        try:
-            out_dir.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-            for rank in range(tp):
-                path = staging / shard_name(rank, tp)
-                writers.append(ShardWriter(path, layouts[rank], metadata[rank], durable=fsync, hash=hash))
-            total = sum(_data_bytes(layout) for layout in layouts)
-            task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
-            for plan in order:
-                info = ckpt.tensors[plan.name]
-                _stream_tensor(ckpt, info, plan, stored[plan.name], writers, fanout, task)
-                for w in writers:
-                    w.end_tensor(plan.name)
-            written = _finish_all(fanout, writers)
-            shards = [
-                ShardInfo(rank, shard_name(rank, tp), f.bytes, f.sha256, len(layouts[rank]))
-                for rank, f in enumerate(written)
-            ]
+
+        def index_for(shards: list[ShardInfo]) -> dict[str, Any]:
             records = [s.to_json() for s in shards]
-            index = build_index(ckpt, dims.family, tp, _dtype_label(target), plans, stored, records)
-            write_index(staging / INDEX_FILE, index, durable=fsync)
-            if fsync:
-                fsync_dir(staging)
-            os.replace(staging, out_dir)
-            staging = None
-            if fsync:
-                fsync_dir(out_dir.parent)
+            return build_index(ckpt, dims.family, tp, _dtype_label(target), plans, stored, records)
+
+        # Every output byte is known now: the rank files' sizes, and index.json's (hashes are 64 digits).
+        planned = [
+            ShardInfo(rank, shard_name(rank, tp), size, "0" * 64 if hash else None, len(layouts[rank]))
+            for rank, size in enumerate(_rank_file_bytes(layouts, metadata))
+        ]
+        index_bytes = len(index_text(index_for(planned)).encode("utf-8"))
+        needed = on_disk([s.bytes for s in planned] + [index_bytes])
+        with Staging(out_dir, needed, what=f"a split into {plural(tp, 'rank')}", durable=fsync) as staging:
+            writers: list[ShardWriter] = []
+            fanout = _Fanout(min(tp, WORKERS))
+            try:
+                for rank in range(tp):
+                    path = staging.path / shard_name(rank, tp)
+                    writers.append(ShardWriter(path, layouts[rank], metadata[rank], durable=fsync, hash=hash))
+                total = sum(_data_bytes(layout) for layout in layouts)
+                task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
+                for plan in order:
+                    _stream_tensor(ckpt, ckpt.tensors[plan.name], plan, stored[plan.name], writers, fanout, task)
+                    for w in writers:
+                        w.end_tensor(plan.name)
+                written = _finish_all(fanout, writers)
+            finally:
+                fanout.close()  # every job has ended, even after a failure: nothing writes while Staging cleans up
+                for w in writers:
+                    w.close()
+            shards = [replace(s, bytes=f.bytes, sha256=f.sha256) for s, f in zip(planned, written, strict=True)]
+            write_index(staging.path / INDEX_FILE, index_for(shards), durable=fsync)
+            staging.publish()
             task.done(plural(len(shards), "shard"))
-        except BaseException as exc:
-            fanout.close()
-            for w in writers:
-                w.close()
-            if staging is not None:
-                shutil.rmtree(staging, ignore_errors=True)
-            for directory in created:  # deepest first; only those this split made, and only if empty
-                _remove_empty(directory)
-            if isinstance(exc, OSError):
-                raise _output_error(exc, out_dir, needed) from None
-            raise
-        fanout.close()
 
     return SplitResult(
         out_dir=out_dir,
@@ -233,52 +210,21 @@ def split_checkpoint(
     )
 
 
-def _output_bytes(layouts: list[Layout], metadata: list[dict[str, str]]) -> int:
-    """Bytes the rank files will take (headers and data), checking every rank shape on the way.
+def _rank_file_bytes(layouts: list[Layout], metadata: list[dict[str, str]]) -> list[int]:
+    """The size of every rank file (header and data), checking every rank shape on the way.
 
     Raises CheckpointError for a rank shape the safetensors library would refuse to read (it can
     only happen when the source shape itself is at the edge of what the library accepts).
     """
-    total = 0
+    sizes = []
     for layout, meta in zip(layouts, metadata, strict=True):
         for name, dtype, shape in layout:
             if (problem := shape_problem(dtype, shape)) is not None:
                 rank = meta["neuronc.rank"]
                 raise CheckpointError(f"tensor '{safe_text(name)}': rank {rank}'s shape {list(shape)}: {problem}")
         header, _ = build_header(layout, meta)
-        total += len(header) + _data_bytes(layout)
-    return total
-
-
-def _missing_parents(out_dir: Path) -> list[Path]:
-    """The parent directories of ``out_dir`` that do not exist yet, deepest first."""
-    missing = []
-    probe = out_dir.absolute().parent
-    while not os.path.lexists(probe) and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    return missing
-
-
-def _remove_empty(directory: Path) -> None:
-    try:
-        directory.rmdir()
-    except OSError:
-        pass  # not empty (someone else wrote there meanwhile) or already gone: leave it
-
-
-# OSError numbers that mean "this --out cannot be written" (a user's choice) rather than a broken host.
-_BAD_OUT = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG})
-
-
-def _output_error(exc: OSError, out_dir: Path, needed: int) -> NeuroncError:
-    """The one-line error for a split that could not write its output (everything is cleaned up by now)."""
-    reason = exc.strerror or str(exc)
-    if is_disk_full(exc):
-        return disk_full_error(safe_text(out_dir), needed, exc)
-    if exc.errno in _BAD_OUT:
-        return InvalidInputError(f"{safe_text(out_dir)}: cannot write the split: {reason}", hint="choose another --out")
-    return EnvironmentIncompatibleError(f"{safe_text(out_dir)}: the split failed writing its output: {reason}")
+        sizes.append(len(header) + _data_bytes(layout))
+    return sizes
 
 
 def _finish_all(fanout: _Fanout, writers: list[ShardWriter]) -> list[WrittenFile]:
