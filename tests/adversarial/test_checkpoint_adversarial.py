@@ -348,6 +348,9 @@ def test_non_utf8_directory_name_splits_and_fails_cleanly(tmp_path: Path) -> Non
     tiny_llama(model)
     result = split_checkpoint(model, tmp_path / "out", 2)
     assert result.tensors == len(llama_tensors()) and check_split(tmp_path / "out").ok
+    proc = run_split_cli(*_cli_args(model, Path(os.fsdecode(bytes(tmp_path) + b"/o\xfe")), "--json"), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.decode("utf-8"))["model_dir"] == os.fsdecode(model)
     (model / "config.json").unlink()
     proc = run_split_cli(*_cli_args(model, tmp_path / "out2", "--json"), timeout=60)
     message = assert_clean_failure(proc, 2, "no config.json")
