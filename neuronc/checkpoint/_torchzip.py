@@ -43,6 +43,28 @@ _LOCAL_SIGNATURE = b"PK\x03\x04"
 _PROBE_BYTES = 16
 
 
+# What torch.load raises on bytes that are not a valid checkpoint: its zip reader raises RuntimeError,
+# and its weights-only unpickler (torch/_weights_only_unpickler.py) lets the errors of its own parsing
+# through (a memo or stack index that does not exist: KeyError, IndexError; a bad opcode argument:
+# struct.error, TypeError, UnicodeDecodeError, which is a ValueError), and so does persistent_load in
+# torch/serialization.py (AttributeError, and an AssertionError "saved_id must be a tuple"). Found by
+# fuzzing saved files.
+_UNREADABLE = (
+    AssertionError,
+    AttributeError,
+    RuntimeError,
+    EOFError,
+    OSError,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    struct.error,
+    NotImplementedError,
+    zipfile.BadZipFile,
+)
+
+
 def load_bin(path: Path, *, display: str) -> dict[str, Any]:
     """Load a PyTorch state dict without executing code: weights_only, memory-mapped when possible.
 
@@ -68,7 +90,7 @@ def load_bin(path: Path, *, display: str) -> dict[str, Any]:
         reason = _torch_reason(exc, prefer="Unsupported global")
         msg += f" ({reason})" if reason else ""
         raise CheckpointError(msg, hint="convert the checkpoint to safetensors with a tool you trust") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
+    except _UNREADABLE as exc:
         reason = _torch_reason(exc) or type(exc).__name__
         raise CheckpointError(f"{display}: not a readable PyTorch checkpoint (truncated?): {reason}") from None
     if not isinstance(state, dict) or not all(
@@ -143,7 +165,13 @@ def _data_members(path: Path) -> dict[int, int] | None:
                 if signature != _LOCAL_SIGNATURE:
                     return None
                 members[info.header_offset + _LOCAL_HEADER.size + name_length + extra_length] = info.file_size
-    except (OSError, zipfile.BadZipFile, ValueError):
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        zipfile.BadZipFile,
+    ):  # NotImplementedError: "zip file version 8.7"
         return None
     return members if byteorder == b"little" else None
 

@@ -369,6 +369,47 @@ def test_links_inside_the_tree_are_followed(tmp_path: Path) -> None:
     assert check_split(tmp_path / "out").ok
 
 
+@pytest.mark.parametrize("seed", [1, 7, 11])
+def test_damaged_bin_files_are_checkpoint_errors(tmp_path: Path, seed: int) -> None:
+    """Seeded damage to a torch.save file (bytes of its pickle, anywhere, truncation): torch.load and the
+    zip reader raise a dozen exception types on such bytes (KeyError, NotImplementedError, AssertionError
+    ... were found this way); every one must be a CheckpointError naming the file."""
+    import random
+    import warnings
+    import zipfile
+
+    import torch
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(CONFIG))
+    path = model / "pytorch_model.bin"
+    torch.save({name: torch.from_numpy(array) for name, array in llama_tensors().items()}, path)
+    good = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        pickle = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
+    start = pickle.header_offset + 30 + len(pickle.filename)
+    rng = random.Random(seed)
+    refused = 0
+    for _ in range(500):
+        data, pick = bytearray(good), rng.random()
+        if pick < 0.2:
+            data = data[: rng.randrange(len(data))]
+        for _ in range(0 if pick < 0.2 else rng.randint(1, 6)):
+            data[rng.randrange(start, start + pickle.file_size) if pick < 0.7 else rng.randrange(len(data))] = (
+                rng.randrange(256)
+            )
+        path.write_bytes(bytes(data))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch warns about some of what it unpickles
+                open_checkpoint(model).close()
+        except NeuroncError as exc:
+            assert exc.exit_code == 2 and str(path) in exc.message, exc.message
+            refused += 1
+    assert refused > 300  # most damage is caught; the rest (bytes inside tensor data) reads as other numbers
+
+
 def test_a_hugging_face_cache_snapshot_may_link_into_its_blobs(tmp_path: Path) -> None:
     """models--org--name/snapshots/<commit>/ files are links to ../../blobs/: inside the repository folder."""
     repo = tmp_path / "hub" / "models--org--tiny"
