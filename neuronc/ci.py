@@ -98,14 +98,14 @@ def plan_builds(
 ) -> list[BuildPlan]:
     """Describe each build: store status, HF Neuron cache status, and the pre-flight estimate.
 
-    ``store`` is anything ``neuronc.remote_store.open_store`` accepts (None: the default store).
+    ``store`` is anything ``neuronc.store.open_store`` accepts (None: the default store).
     The HF Neuron cache is consulted from ``snapshot`` (a local copy of the cache repo) or, with
     ``online``, the Hub; without either, or when the lookup cannot be made, its status is "unknown".
     Nothing here raises for a build that does not fit: see ``Estimate.fits``.
     """
     from neuronc.backends import get_backend
     from neuronc.keys import config_key, toolchain_key, toolchain_label
-    from neuronc.remote_store import open_store, probe
+    from neuronc.store import open_store
 
     resolved = open_store(store)
     hf_statuses = hf_cache_statuses(specs, snapshot=snapshot, online=online)
@@ -117,7 +117,7 @@ def plan_builds(
         missing = sorted(name for name, version in versions.items() if version is None)
         config = config_key(spec)
         tool_key = toolchain_key(versions)
-        store_status = probe(resolved, config.hash, tool_key)
+        store_status = resolved.probe(config.hash, tool_key).to_json()
         if not availability.available:
             store_status["note"] = (
                 f"the {spec.backend} toolchain is not installed here ({availability.reason}); "

@@ -16,7 +16,7 @@ from neuronc._output import out
 from neuronc.build import compile_profiles
 from neuronc.bundle import verify_bundle
 from neuronc.cli import app
-from neuronc.remote_store import RemoteStore
+from neuronc.store import RemoteStore
 
 pytestmark = pytest.mark.s3
 

@@ -159,11 +159,13 @@ def test_publish_copies_a_bundle_byte_for_byte(tmp_path: Path) -> None:
 
     store = Store(tmp_path / "store")
     source = build_bundle(tmp_path / "out")
-    stored = store.publish(source)
-    assert stored.is_relative_to(store.root)
+    published = store.publish(source)
+    stored = published.path
+    assert published.status == "published" and stored.is_relative_to(store.root)
     assert (stored / "manifest.json").read_bytes() == (source / "manifest.json").read_bytes()
     assert verify_bundle_ok(stored)
-    assert store.publish(source) == stored  # reused
+    again = store.publish(source)
+    assert (again.path, again.status) == (stored, "exists")  # reused
     store.remove(read_hash(stored))
     (source / "weights" / "rank0.safetensors").write_bytes(b"tampered")
     with pytest.raises(VerificationError, match="failed verification") as info:

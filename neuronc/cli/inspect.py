@@ -18,6 +18,10 @@ from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
+BundleOrUrlArg = Annotated[
+    str,
+    typer.Argument(help="Bundle directory, or a bundle's URL in a remote store (s3://, hf://).", show_default=False),
+]
 JobsOpt = Annotated[
     int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
 ]
@@ -68,7 +72,7 @@ def _backend_snippet(backend: str, bundle: Path) -> str | None:
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
 def verify_command(
-    bundle: BundleArg,
+    bundle_arg: BundleOrUrlArg,
     against_env: AgainstEnvOpt = False,
     accuracy: Annotated[
         bool,
@@ -92,10 +96,15 @@ def verify_command(
 ) -> None:
     """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra."""
     from neuronc.bundle import read_manifest
+    from neuronc.store import is_remote
 
     out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
+    if is_remote(bundle_arg):
+        _verify_remote(bundle_arg, against_env=against_env, accuracy=accuracy, jobs=jobs)
+        return
+    bundle = Path(bundle_arg)
     manifest = read_manifest(bundle)
     data: dict[str, Any] = {"bundle": str(bundle), "config_hash": manifest.config_hash, "ok": False}
     extra: dict[str, VerifyCheck] | None = None
@@ -104,6 +113,28 @@ def verify_command(
 
         extra = {"accuracy": accuracy_check(prompts, tol)}  # reads the prompts file now: exit 2 if bad
     failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
+    data["ok"] = failure is None
+    _finish(data, lambda: _render_verify(data), failure)
+
+
+def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | None) -> None:
+    """`neuronc verify s3://.../<bundle>`: hash every stored object as it streams (nothing is kept)."""
+    from neuronc.store import split_bundle_url, verify_url
+
+    if accuracy:
+        raise InvalidInputError("--accuracy runs a local bundle", hint="fetch it first (neuronc compile --out)")
+    checked = verify_url(url, jobs=jobs)
+    manifest = checked.entry.manifest
+    data: dict[str, Any] = {"bundle": url, "config_hash": manifest.config_hash, "verify": checked.report.to_json()}
+    failure: NeuroncError | None = None
+    try:
+        checked.report.raise_for_problems()
+    except NeuroncError as exc:
+        store = split_bundle_url(url)[0]
+        exc.hint = f"`neuronc store verify {manifest.config_hash[:12]} --store {store} --repair` mends or drops it"
+        failure = exc
+    if against_env:
+        failure = failure or _environment_failure(url, manifest, data)
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
 
@@ -119,7 +150,7 @@ def _run_checks(
     extra: dict[str, VerifyCheck] | None = None,
 ) -> NeuroncError | None:
     """Run the requested checks into ``data``; return the first failure (integrity before environment)."""
-    from neuronc.bundle import INCOMPATIBLE, verify_bundle
+    from neuronc.bundle import verify_bundle
 
     failures: list[NeuroncError] = []
     if verify:
@@ -131,16 +162,9 @@ def _run_checks(
         except NeuroncError as exc:
             failures.append(exc)
     if against_env:
-        comparison = environment_comparison(manifest)
-        data["environment"] = comparison
-        if comparison["verdict"] == INCOMPATIBLE:
-            details = [
-                f"{d['package']}: bundle {d['bundle']}, installed {d['installed']} ({d['reason']})"
-                for d in comparison["differences"]
-                if d["verdict"] == INCOMPATIBLE
-            ]
-            msg = f"{bundle}: built with a toolchain incompatible with this environment"
-            failures.append(EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint")))
+        incompatible = _environment_failure(str(bundle), manifest, data)
+        if incompatible is not None:
+            failures.append(incompatible)
     for name, check in (extra or {}).items():
         if failures:  # running a model from a damaged or incompatible bundle proves nothing
             data[name] = {"skipped": "an earlier check failed"}
@@ -153,6 +177,23 @@ def _run_checks(
             if isinstance(carried, dict):
                 data[name] = carried
     return failures[0] if failures else None
+
+
+def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> NeuroncError | None:
+    """Compare the bundle's toolchain with this environment into ``data``; the error if incompatible."""
+    from neuronc.bundle import INCOMPATIBLE
+
+    comparison = environment_comparison(manifest)
+    data["environment"] = comparison
+    if comparison["verdict"] != INCOMPATIBLE:
+        return None
+    details = [
+        f"{d['package']}: bundle {d['bundle']}, installed {d['installed']} ({d['reason']})"
+        for d in comparison["differences"]
+        if d["verdict"] == INCOMPATIBLE
+    ]
+    msg = f"{bundle}: built with a toolchain incompatible with this environment"
+    return EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint"))
 
 
 def environment_comparison(manifest: Any) -> dict[str, Any]:

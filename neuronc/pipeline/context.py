@@ -6,48 +6,19 @@ the keys again.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from neuronc.backends.base import Availability, Backend, CompilePlan
-from neuronc.bundle import BundleWriter, Manifest
 from neuronc.errors import BackendUnavailableError
 from neuronc.keys import ConfigKey
 from neuronc.spec import BuildSpec
+from neuronc.store import BundleStore
 
-
-class StoreEntryLike(Protocol):
-    @property
-    def manifest(self) -> Manifest: ...
-
-    @property
-    def path(self) -> Any: ...
-
-
-class PipelineStore(Protocol):
-    """What the pipeline asks of a bundle store, local or remote."""
-
-    def lookup(self, config_hash: str, toolchain_key: str) -> Path | None: ...
-
-    def lock(
-        self, config_hash: str, toolchain_key: str, *, timeout: float | None = None, on_wait: Any = None
-    ) -> contextlib.AbstractContextManager[Any]: ...
-
-    def writer(
-        self,
-        config_hash: str,
-        toolchain_key: str | None = None,
-        *,
-        toolchain: Mapping[str, str | None] | None = None,
-        backend: str | None = None,
-        model_id: str | None = None,
-    ) -> BundleWriter: ...
-
-    def list(self) -> Sequence[StoreEntryLike]: ...
+# What the pipeline asks of a bundle store, local or remote: the store interface itself.
+PipelineStore = BundleStore
 
 
 @dataclass(frozen=True)

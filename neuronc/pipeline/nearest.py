@@ -30,7 +30,7 @@ def nearest_bundle(store: PipelineStore, ctx: BuildContext) -> NearestBundle | N
         candidate = NearestBundle(
             config_hash=manifest.config_hash,
             toolchain_key=manifest.toolchain_key,
-            bundle=str(entry.path),
+            bundle=entry.location,
             differences=differences,
             toolchain_differences=toolchain,
         )

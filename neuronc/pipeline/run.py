@@ -44,17 +44,9 @@ def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
 
 def open_store(store: PipelineStore | str | os.PathLike[str] | None) -> PipelineStore:
     """A store from a store object, a location (directory, s3://, hf://), or None (the default store)."""
-    if store is not None and not isinstance(store, str | os.PathLike):
-        return store
-    text = "" if store is None else os.fspath(store)
-    if "://" in text and not text.startswith("file://"):
-        from neuronc.remote_store import open_store as open_any
+    from neuronc.store import open_store as open_any
 
-        remote: PipelineStore = open_any(text)
-        return remote
-    from neuronc.store import Store
-
-    return Store.from_option(text or None)
+    return open_any(store)
 
 
 def select_builds(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[BuildSpec]:

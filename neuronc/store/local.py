@@ -15,25 +15,33 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
-import fcntl
 import os
-import re
 import secrets
-import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
 from neuronc.bundle._fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
-from neuronc.errors import BundleFormatError, InvalidInputError
+from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, other_toolchains
+from neuronc.store._lock import KeyLock
+from neuronc.store._records import (
+    GcReport,
+    LocalEntry,
+    Probe,
+    ProbeStatus,
+    Removed,
+    Repair,
+    RepairAction,
+    StoreEntry,
+    Verified,
+)
+
+if TYPE_CHECKING:
+    from neuronc.bundle._publish import Published
 
 STORE_ENV = "NEURONC_STORE"
-HASH_PREFIX = 16
-_HEX = re.compile(r"^[0-9a-f]+$")
 
 
 def default_store_path() -> Path:
@@ -58,171 +66,23 @@ def model_slug(model_id: str | None, *, local: bool = False) -> str:
     return safe[:100] or "model"
 
 
-def _check_hex(value: str, what: str) -> str:
-    value = value.lower()
-    if not _HEX.match(value):
-        msg = f"{what} must be hexadecimal, got {value!r}"
-        raise InvalidInputError(msg)
-    return value
-
-
-@dataclass
-class StoreEntry:
-    """One complete bundle in the store."""
-
-    path: Path
-    manifest: Manifest
-    size: int
-
-    @property
-    def key(self) -> str:
-        return self.manifest.config_hash[:12]
-
-    def to_json(self, now: float | None = None) -> dict[str, Any]:
-        m = self.manifest
-        return {
-            "key": self.key,
-            "config_hash": m.config_hash,
-            "toolchain_key": m.toolchain_key,
-            "toolchain_label": self.path.parent.name,
-            "model": m.model_id,
-            "backend": m.backend,
-            "target": m.target,
-            "size": self.size,
-            "created_at": m.created_at,
-            "age_seconds": _age(m.created_at, now),
-            "path": str(self.path),
-        }
-
-
-def _age(created_at: str, now: float | None) -> float | None:
-    try:
-        created = datetime.fromisoformat(created_at)
-    except ValueError:
-        return None
-    if created.tzinfo is None:
-        created = created.replace(tzinfo=UTC)
-    return round((now if now is not None else time.time()) - created.timestamp(), 1)
-
-
-@dataclass
-class Removed:
-    path: str
-    bytes: int
-    reason: str
-
-
-@dataclass
-class GcReport:
-    """What ``Store.gc`` removed and how many bytes that freed."""
-
-    removed: list[Removed] = field(default_factory=list)
-
-    @property
-    def bytes_freed(self) -> int:
-        return sum(r.bytes for r in self.removed)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "bytes_freed": self.bytes_freed,
-            "removed": [{"path": r.path, "bytes": r.bytes, "reason": r.reason} for r in self.removed],
-        }
-
-
-@dataclass
-class Nearest:
-    """The stored bundle closest to a missed key, and what differs."""
-
-    path: Path
-    manifest: Manifest
-    differences: list[dict[str, Any]]
-    same_toolchain: bool
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "config_hash": self.manifest.config_hash,
-            "toolchain_key": self.manifest.toolchain_key,
-            "same_toolchain": self.same_toolchain,
-            "differences": self.differences,
-        }
-
-
-class KeyLock:
-    """An exclusive per-key lock (flock); the kernel frees it if the holder dies."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd = -1
-
-    def acquire(self, *, timeout: float | None = None, on_wait: Callable[[str], None] | None = None) -> None:
-        """Block until the lock is ours (or raise TimeoutError after ``timeout`` seconds)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.005
-        told = False
-        while True:
-            fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(fd)
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
-                if deadline is not None and time.monotonic() >= deadline:
-                    msg = f"timed out waiting for {self.path}"
-                    raise TimeoutError(msg) from None
-                if not told and on_wait is not None:
-                    told = True
-                    on_wait(self.holder() or "another process")
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-                continue
-            # gc may have unlinked the file we opened; then our lock guards nothing: start over.
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} since {datetime.now(UTC).isoformat(timespec='seconds')}\n".encode())
-            self._fd = fd
-            return
-
-    def holder(self) -> str | None:
-        try:
-            return self.path.read_text(encoding="utf-8").strip() or None
-        except OSError:
-            return None
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # closing drops the flock; the file stays for the next builder
-            self._fd = -1
-
-    @property
-    def held(self) -> bool:
-        return self._fd >= 0
-
-
-class Store:
+class LocalStore(BundleStore):
     """A directory of complete bundles keyed by (config hash, toolchain key)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(os.path.abspath(Path(root).expanduser()))
 
-    def __repr__(self) -> str:
-        return f"Store({str(self.root)!r})"
+    @property
+    def location(self) -> str:
+        return str(self.root)
 
     @classmethod
-    def default(cls) -> Store:
+    def default(cls) -> LocalStore:
         """The user's store: $NEURONC_STORE, else the user cache directory (XDG_CACHE_HOME-aware)."""
         return cls(default_store_path())
 
     @classmethod
-    def from_option(cls, value: str | os.PathLike[str] | None) -> Store:
+    def from_option(cls, value: str | os.PathLike[str] | None) -> LocalStore:
         """The store named by ``--store`` (a directory), else the default."""
         if value is None or str(value) == "":
             return cls.default()
@@ -255,7 +115,7 @@ class Store:
         """Where the bundle for these keys lives: <store>/<model-slug>/<toolchain-label>/<hash prefix>/."""
         from neuronc.keys import toolchain_label
 
-        config_hash = _check_hex(config_hash, "config hash")
+        config_hash = check_hex(config_hash, "config hash")
         slug = model_slug(model_id, local=local_model)
         return self.root / slug / toolchain_label(backend, toolchain) / config_hash[:HASH_PREFIX]
 
@@ -270,13 +130,14 @@ class Store:
             local_model=isinstance(identity, dict) and "local_fingerprint" in identity,
         )
 
-    def _candidates(self, config_hash: str, toolchain_key: str) -> list[Path]:
-        config_hash = _check_hex(config_hash, "config hash")
-        toolchain_key = _check_hex(toolchain_key, "toolchain key")
+    def _candidates(self, config_hash: str, toolchain_key: str) -> builtins.list[Path]:
+        config_hash = check_hex(config_hash, "config hash")
+        toolchain_key = check_hex(toolchain_key, "toolchain key")
         if not self.root.is_dir():
             return []
         return sorted(self.root.glob(f"*/*-{toolchain_key[:8]}/{config_hash[:HASH_PREFIX]}"))
 
+    # -- the pipeline -----------------------------------------------------------------------
     def lookup(self, config_hash: str, toolchain_key: str) -> Path | None:
         """The complete bundle for these full keys, or None (incomplete or unreadable dirs do not count)."""
         for path in self._candidates(config_hash, toolchain_key):
@@ -287,6 +148,13 @@ class Store:
             if manifest.config_hash == config_hash.lower() and manifest.toolchain_key == toolchain_key.lower():
                 return path
         return None
+
+    def probe(self, config_hash: str, toolchain_key: str) -> Probe:
+        found = self.lookup(config_hash, toolchain_key)
+        if found is not None:
+            return Probe(ProbeStatus.HIT, self.location, str(found))
+        others = other_toolchains(self.find(config_hash))
+        return Probe(ProbeStatus.OTHER_TOOLCHAIN if others else ProbeStatus.MISS, self.location, None, others)
 
     @contextlib.contextmanager
     def lock(
@@ -301,10 +169,8 @@ class Store:
 
         ``on_wait(holder)`` is called once if another process holds the lock.
         """
-        config_hash = _check_hex(config_hash, "config hash")
-        toolchain_key = _check_hex(toolchain_key, "toolchain key")
-        name = f"{config_hash[:HASH_PREFIX]}-{toolchain_key[:HASH_PREFIX]}{LOCK_SUFFIX}"
-        key_lock = KeyLock(self.locks_dir / name)
+        name = key_name(check_hex(config_hash, "config hash"), check_hex(toolchain_key, "toolchain key"))
+        key_lock = KeyLock(self.locks_dir / f"{name}{LOCK_SUFFIX}")
         key_lock.acquire(timeout=timeout, on_wait=on_wait)
         try:
             yield key_lock
@@ -319,18 +185,21 @@ class Store:
         toolchain: Mapping[str, str | None] | None = None,
         backend: str | None = None,
         model_id: str | None = None,
+        expected_bytes: int | None = None,
+        on_publish: Callable[[Path], Published] | None = None,
     ) -> BundleWriter:
         """A BundleWriter staging inside this store; ``finish`` publishes at this key's path.
 
         The path (<model-slug>/<toolchain-label>/<hash prefix>) comes from the manifest at finish,
         which must carry these keys. Call it while holding ``lock(config_hash, toolchain_key)``.
+        ``on_publish`` runs once the bundle is in place (a remote store uploads it there).
         """
         from neuronc.keys import toolchain_key as compute_toolchain_key
 
-        config_hash = _check_hex(config_hash, "config hash")
+        config_hash = check_hex(config_hash, "config hash")
         if toolchain_key is None and toolchain is not None:
             toolchain_key = compute_toolchain_key(dict(toolchain))
-        expected_tk = _check_hex(toolchain_key, "toolchain key") if toolchain_key else None
+        expected_tk = check_hex(toolchain_key, "toolchain key") if toolchain_key else None
 
         def destination(manifest: Manifest) -> Path:
             if manifest.config_hash != config_hash:
@@ -348,7 +217,29 @@ class Store:
                     raise ValueError(msg)
             return self.path_for(manifest)
 
-        return BundleWriter(destination, overwrite=True, work_dir=self.staging_dir, name=config_hash[:HASH_PREFIX])
+        return BundleWriter(
+            destination,
+            overwrite=True,
+            work_dir=self.staging_dir,
+            name=config_hash[:HASH_PREFIX],
+            on_publish=on_publish,
+            expected_bytes=expected_bytes,
+        )
+
+    def ensure_writable(self) -> None:
+        """Create and remove a file in the store's staging directory; exit 5 if that fails."""
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            probe = self.staging_dir / f".writable-{os.getpid()}-{secrets.token_hex(4)}"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as exc:
+            if is_disk_full(exc):
+                from neuronc.fsutil import disk_full_error
+
+                raise disk_full_error(self.root, None, exc) from exc
+            msg = f"store {self.root} is not writable: {exc.strerror or exc}"
+            raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
 
     def get_or_build(
         self,
@@ -369,17 +260,20 @@ class Store:
                 return hit, False
             return build(), True
 
-    def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Path:
-        """Copy a complete bundle into the store, checking every file as it copies; return its store path.
+    def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
+        """Copy a complete bundle into the store, checking every file as it copies.
 
         One read per file: the copy is hashed as it lands and compared with the manifest. The copy is
-        byte-identical, manifest included; a bundle already stored under the same keys is reused.
-        Raises BundleFormatError (exit 2) for an unreadable manifest and VerificationError (exit 4)
-        naming every problem if the source is not intact.
+        byte-identical, manifest included; a bundle already stored under the same keys is reused
+        (status ``exists``). Raises BundleFormatError (exit 2) for an unreadable manifest,
+        VerificationError (exit 4) naming every problem if the source is not intact, and
+        DiskFullError (exit 5) if the store cannot hold it.
         """
         from neuronc.bundle import read_manifest_bytes, verify_bundle
         from neuronc.bundle._fs import MissingEntry, UnsafeEntry, walk_regular
         from neuronc.bundle._manifest import MAX_FILES, manifest_seal_problem, parse_manifest
+        from neuronc.bundle._publish import Published, PublishStatus
+        from neuronc.fsutil import check_free_space
 
         source = Path(bundle_dir)
         raw = read_manifest_bytes(source)
@@ -395,10 +289,13 @@ class Store:
             with self.lock(manifest.config_hash, manifest.toolchain_key):
                 hit = self.lookup(manifest.config_hash, manifest.toolchain_key)
                 if hit is not None:
-                    return hit
-                with self.writer(manifest.config_hash, manifest.toolchain_key) as writer:
+                    return Published(hit, PublishStatus.EXISTS, str(hit), "already in the store")
+                size = manifest.total_bytes + len(raw)
+                check_free_space(self.root, size, what=f"bundle {manifest.config_hash[:12]}")
+                with self.writer(manifest.config_hash, manifest.toolchain_key, expected_bytes=size) as writer:
                     _copy_files(source, manifest, writer)
-                    return writer.finish_copy(manifest, raw)
+                    path = writer.finish_copy(manifest, raw)
+                    return Published(path, PublishStatus.PUBLISHED, str(path))
         except (MissingEntry, UnsafeEntry, ValueError):
             # Name every problem (this second read happens only for a damaged source).
             verify_bundle(source, jobs=jobs).raise_for_problems()
@@ -411,59 +308,72 @@ class Store:
             for label in _subdirs(slug):
                 yield from _subdirs(label, skip_hidden=True)
 
-    def list(self) -> list[StoreEntry]:
+    def _entry(self, path: Path, manifest: Manifest) -> LocalEntry:
+        size = manifest.total_bytes + _file_size(path / MANIFEST_NAME)
+        return LocalEntry(str(path), path.relative_to(self.root).as_posix(), manifest, size, path)
+
+    def list(self) -> builtins.list[StoreEntry]:
         """Every complete bundle, newest first."""
-        entries = []
+        entries: builtins.list[StoreEntry] = []
         for path in self._bundle_dirs():
             try:
                 manifest = read_manifest(path)
             except BundleFormatError:
                 continue
-            size = manifest.total_bytes + _file_size(path / MANIFEST_NAME)
-            entries.append(StoreEntry(path, manifest, size))
+            entries.append(self._entry(path, manifest))
         entries.sort(key=lambda e: e.manifest.created_at, reverse=True)
         return entries
 
     def find(self, key: str) -> builtins.list[StoreEntry]:
         """Bundles matching a key: a config-hash prefix, ``HASH@TOOLCHAIN`` prefixes, or a store-relative path."""
-        key = key.strip()
-        entries = self.list()
-        if "/" in key:
-            target = (self.root / key).resolve()
-            return [e for e in entries if e.path.resolve() == target]
-        config, _, toolchain = key.lower().partition("@")
-        if len(config) < 4 or not _HEX.match(config) or (toolchain and not _HEX.match(toolchain)):
-            msg = f"'{key}' is not a key (a config-hash prefix of 4+ hex digits, optionally @toolchain-prefix)"
-            raise InvalidInputError(msg, hint="see `neuronc store list`")
-        return [
-            e
-            for e in entries
-            if e.manifest.config_hash.startswith(config) and e.manifest.toolchain_key.startswith(toolchain)
-        ]
+        if "/" in key.strip():
+            target = (self.root / key.strip()).resolve()
+            return [e for e in self.list() if Path(e.location).resolve() == target]
+        return super().find(key)
 
-    def remove(self, key: str, *, all_matches: bool = False) -> builtins.list[StoreEntry]:
-        """Remove the bundle(s) a key names; raise if it names none, or several without ``all_matches``."""
-        matches = self.find(key)
-        if not matches:
-            msg = f"no bundle in {self.root} matches '{key}'"
-            raise InvalidInputError(msg, hint="see `neuronc store list`")
-        if len(matches) > 1 and not all_matches:
-            msg = f"'{key}' matches {len(matches)} bundles"
-            details = [f"{e.manifest.config_hash[:16]}@{e.manifest.toolchain_key[:8]}  {e.path}" for e in matches]
-            raise InvalidInputError(msg, details=details, hint="give a longer prefix, HASH@TOOLCHAIN, or --all")
-        for entry in matches:
-            self._discard(entry.path)
-        return matches
+    def _discard(self, entry: StoreEntry) -> None:
+        self.discard_path(Path(entry.location))
 
-    def _discard(self, path: Path) -> None:
-        # Rename first so the bundle disappears atomically, then delete at leisure.
+    def discard_path(self, path: Path) -> None:
+        """Remove a directory of this store: renamed away first so it disappears at once; a missing one is fine."""
         self.staging_dir.mkdir(parents=True, exist_ok=True)
         trash = self.staging_dir / f"{TRASH_PREFIX}{path.name}-{os.getpid()}-{secrets.token_hex(4)}"
-        os.rename(path, trash)
+        try:
+            os.rename(path, trash)
+        except FileNotFoundError:
+            return
         remove_tree(trash)
         for parent in (path.parent, path.parent.parent):
             with contextlib.suppress(OSError):
                 parent.rmdir()  # only when empty
+
+    # -- integrity --------------------------------------------------------------------------
+    def verify(self, key: str, *, jobs: int | None = None) -> builtins.list[Verified]:
+        from neuronc.bundle import verify_bundle
+
+        return [Verified(e, verify_bundle(e.location, jobs=jobs)) for e in self.select(key, all_matches=True)]
+
+    def repair(self, key: str, *, source: str | os.PathLike[str] | None = None) -> builtins.list[Repair]:
+        """Verify; replace a damaged bundle by ``source`` when that is the same key and intact, else drop it."""
+        from neuronc.bundle import verify_bundle
+
+        results: builtins.list[Repair] = []
+        for checked in self.verify(key):
+            entry = checked.entry
+            if checked.ok:
+                results.append(Repair(entry, RepairAction.OK))
+                continue
+            problems = checked.report.problems()
+            size = tree_bytes(Path(entry.location))
+            self._discard(entry)
+            removed = [Removed(entry.location, size, "failed verification")]
+            usable = source is not None and _same_keys(Path(source), entry.manifest) and verify_bundle(source).ok
+            if usable and source is not None:
+                self.publish(source)
+                results.append(Repair(entry, RepairAction.REPAIRED, problems, removed=removed))
+            else:
+                results.append(Repair(entry, RepairAction.DROPPED, problems, removed=removed))
+        return results
 
     # -- gc ---------------------------------------------------------------------------------
     def gc(self) -> GcReport:
@@ -471,13 +381,13 @@ class Store:
         report = GcReport()
         for swept in sweep_work_dir(self.staging_dir):
             report.removed.append(Removed(str(swept.path), swept.bytes, swept.reason))
-        for path in list(self._bundle_dirs()):
+        for path in builtins.list(self._bundle_dirs()):
             reason = _incomplete_reason(path)
             if reason is None:
                 continue
             size = tree_bytes(path)
             try:
-                self._discard(path)
+                self.discard_path(path)
             except OSError:
                 continue
             report.removed.append(Removed(str(path), size, reason))
@@ -504,28 +414,9 @@ class Store:
             with contextlib.suppress(OSError):
                 slug.rmdir()
 
-    # -- nearest ----------------------------------------------------------------------------
-    def nearest(
-        self,
-        hashed_inputs: Mapping[str, Any],
-        *,
-        toolchain_key: str | None = None,
-        backend: str | None = None,
-    ) -> Nearest | None:
-        """The stored bundle whose hashed inputs differ from ``hashed_inputs`` in the fewest fields."""
-        from neuronc.keys import diff_inputs
 
-        best: tuple[tuple[int, int, str], Nearest] | None = None
-        for entry in self.list():
-            m = entry.manifest
-            if backend is not None and m.backend != backend:
-                continue
-            differences = diff_inputs(m.hashed_inputs, dict(hashed_inputs))
-            same_toolchain = toolchain_key is None or m.toolchain_key == toolchain_key
-            rank = (len(differences), 0 if same_toolchain else 1, m.config_hash)
-            if best is None or rank < best[0]:
-                best = (rank, Nearest(entry.path, m, differences, same_toolchain))
-        return best[1] if best else None
+# The name every caller knows; ``LocalStore`` says which implementation of ``BundleStore`` it is.
+Store = LocalStore
 
 
 def _copy_files(source: Path, manifest: Manifest, writer: BundleWriter) -> None:
@@ -569,6 +460,14 @@ def _incomplete_reason(path: Path) -> str | None:
     return None
 
 
+def _same_keys(bundle: Path, manifest: Manifest) -> bool:
+    try:
+        other = read_manifest(bundle)
+    except BundleFormatError:
+        return False
+    return (other.config_hash, other.toolchain_key) == (manifest.config_hash, manifest.toolchain_key)
+
+
 def _file_size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -576,14 +475,4 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-__all__ = [
-    "STORE_ENV",
-    "GcReport",
-    "KeyLock",
-    "Nearest",
-    "Removed",
-    "Store",
-    "StoreEntry",
-    "default_store_path",
-    "model_slug",
-]
+__all__ = ["STORE_ENV", "LocalStore", "Store", "default_store_path", "model_slug"]
