@@ -75,9 +75,9 @@ def materialize(store: RemoteStore, rel: str, manifest: Manifest, raw: bytes) ->
                     target.parent.mkdir(parents=True, exist_ok=True)
                     _link_or_copy(cached_object(store, entry.sha256), target)
                 (staging / MANIFEST_NAME).write_bytes(raw)
-            dest.parent.mkdir(parents=True, exist_ok=True)
             if dest.exists():
-                store.cache.discard_path(dest)
+                store.cache.discard_path(dest)  # this host's own build of the key: the stored one wins
+            dest.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staging, dest)
         except BaseException:
             store.cache.discard_path(staging)
