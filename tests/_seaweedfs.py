@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-STOP_WAIT_SECONDS = 5.0
+STOP_WAIT_SECONDS = 2.0
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -121,14 +121,19 @@ def start_seaweedfs(directory: Path) -> SeaweedFS:
     raise RuntimeError(msg)
 
 
-def use_server_and_make_bucket(server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Point boto at ``server`` the way a user would (environment) and return a fresh, writable bucket."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+def point_boto_at(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point boto (and so neuronc's s3:// stores) at ``endpoint`` the way a user would: the environment."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(var, raising=False)
+
+
+def use_server_and_make_bucket(server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point boto at ``server`` the way a user would (environment) and return a fresh, writable bucket."""
+    point_boto_at(server.endpoint, monkeypatch)
     import s3fs
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)

@@ -12,7 +12,7 @@ import contextlib
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,8 +68,18 @@ class BundleStore(ABC):
         (a remote store downloads a hit into its local cache)."""
 
     @abstractmethod
+    def locate(self, config_hash: str, toolchain_key: str) -> str | None:
+        """Where the complete bundle for these full keys is (a directory or URL), or None; downloads nothing."""
+
     def probe(self, config_hash: str, toolchain_key: str) -> Probe:
         """Hit, miss or other-toolchain for a key, without downloading or writing anything."""
+        from neuronc.store._records import Probe, ProbeStatus
+
+        found = self.locate(config_hash, toolchain_key)
+        if found is not None:
+            return Probe(ProbeStatus.HIT, self.location, found)
+        others = tuple(sorted({e.toolchain_label for e in self.find(config_hash)}))
+        return Probe(ProbeStatus.OTHER_TOOLCHAIN if others else ProbeStatus.MISS, self.location, None, others)
 
     @abstractmethod
     def lock(
@@ -217,9 +227,4 @@ class Nearest:
         }
 
 
-def other_toolchains(entries: Sequence[StoreEntry]) -> tuple[str, ...]:
-    """The toolchain labels of ``entries``, sorted and unique (for ``Probe.other_toolchains``)."""
-    return tuple(sorted({e.toolchain_label for e in entries}))
-
-
-__all__ = ["HASH_PREFIX", "BundleStore", "Nearest", "check_hex", "key_name", "other_toolchains"]
+__all__ = ["HASH_PREFIX", "BundleStore", "Nearest", "check_hex", "key_name"]

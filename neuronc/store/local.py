@@ -24,13 +24,11 @@ from typing import TYPE_CHECKING
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
 from neuronc.bundle._fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
-from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, other_toolchains
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import (
     GcReport,
     LocalEntry,
-    Probe,
-    ProbeStatus,
     Removed,
     Repair,
     RepairAction,
@@ -149,12 +147,9 @@ class LocalStore(BundleStore):
                 return path
         return None
 
-    def probe(self, config_hash: str, toolchain_key: str) -> Probe:
+    def locate(self, config_hash: str, toolchain_key: str) -> str | None:
         found = self.lookup(config_hash, toolchain_key)
-        if found is not None:
-            return Probe(ProbeStatus.HIT, self.location, str(found))
-        others = other_toolchains(self.find(config_hash))
-        return Probe(ProbeStatus.OTHER_TOOLCHAIN if others else ProbeStatus.MISS, self.location, None, others)
+        return None if found is None else str(found)
 
     @contextlib.contextmanager
     def lock(

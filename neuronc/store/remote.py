@@ -45,9 +45,9 @@ from typing import Any
 from neuronc.bundle import MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleWriter, Manifest, parse_manifest, read_manifest
 from neuronc.bundle._publish import Published, PublishStatus
 from neuronc.errors import BundleFormatError, RemoteStoreError, VerificationError
-from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, other_toolchains
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
 from neuronc.store._lock import KeyLock
-from neuronc.store._records import GcReport, Probe, ProbeStatus, Removed, Repair, StoreEntry, Verified
+from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store._remote_io import RemoteIO, RemoteSettings
 from neuronc.store._remote_transfer import (
     UploadResult,
@@ -138,14 +138,21 @@ class RemoteStore(BundleStore):
     # -- reading ------------------------------------------------------------------------------
     def read_remote_manifest(self, rel: str) -> tuple[Manifest, bytes] | None:
         """The manifest of the bundle at ``rel``, checked as a local one is; None if absent or invalid."""
-        path = self.io.path(f"{rel}/{MANIFEST_NAME}")
-        info = self.io.call("reading a manifest", "info", path, missing_ok=True)
-        size = None if info is None else info.get("size")
-        if not isinstance(size, int) or size > MAX_MANIFEST_BYTES:
-            return None
-        raw = self.io.call("reading a manifest", "cat_file", path, missing_ok=True)
-        if not isinstance(raw, bytes):
-            return None
+        return self.read_remote_manifests([rel])[0]
+
+    def read_remote_manifests(self, rels: builtins.list[str]) -> builtins.list[tuple[Manifest, bytes] | None]:
+        """``read_remote_manifest`` for many bundles at once (one bounded ranged read each, in parallel)."""
+
+        def read(rel: str) -> Callable[[], Any]:
+            path = self.io.path(f"{rel}/{MANIFEST_NAME}")
+            return lambda: self.io.op("cat_file", path, start=0, end=MAX_MANIFEST_BYTES + 1, missing_ok=True)
+
+        raws = self.io.run_all("reading manifests", [(0, read(rel)) for rel in rels])
+        return [self._parse(rel, raw) for rel, raw in zip(rels, raws, strict=True)]
+
+    def _parse(self, rel: str, raw: object) -> tuple[Manifest, bytes] | None:
+        if not isinstance(raw, bytes) or len(raw) > MAX_MANIFEST_BYTES:
+            return None  # absent, or larger than any manifest may be
         try:
             return parse_manifest(raw, where=f"{self.url.url}/{rel}/{MANIFEST_NAME}"), raw
         except BundleFormatError:
@@ -175,8 +182,8 @@ class RemoteStore(BundleStore):
         return sorted(problems)
 
     def _locate(self, config_hash: str, toolchain_key: str) -> tuple[str, Manifest, bytes] | None:
-        for rel in self._candidates(config_hash, toolchain_key):
-            read = self.read_remote_manifest(rel)
+        rels = self._candidates(config_hash, toolchain_key)
+        for rel, read in zip(rels, self.read_remote_manifests(rels), strict=True):
             if read is None:
                 continue
             manifest, raw = read
@@ -201,13 +208,6 @@ class RemoteStore(BundleStore):
         if found is None:
             return None
         return self.materialize(*found)
-
-    def probe(self, config_hash: str, toolchain_key: str) -> Probe:
-        found = self._locate(config_hash, toolchain_key)
-        if found is not None:
-            return Probe(ProbeStatus.HIT, self.location, f"{self.url.url}/{found[0]}")
-        others = other_toolchains(self.find(config_hash))
-        return Probe(ProbeStatus.OTHER_TOOLCHAIN if others else ProbeStatus.MISS, self.location, None, others)
 
     def materialize(self, rel: str, manifest: Manifest, raw: bytes) -> Path:
         """The stored bundle as a directory in the local cache (objects downloaded and verified)."""
@@ -374,16 +374,23 @@ class RemoteStore(BundleStore):
     # -- listing and maintenance --------------------------------------------------------------
     def list(self) -> builtins.list[StoreEntry]:
         """Every bundle whose manifest parses, newest first (objects are checked by ``verify``)."""
-        entries: builtins.list[StoreEntry] = []
-        for label in self._labels():
-            for item in self._ls(self.io.path(label)) or []:
-                if item.get("type") != "directory":
-                    continue
-                rel = f"{label}/{_basename(item['name'])}"
-                read = self.read_remote_manifest(rel)
-                if read is not None:
-                    manifest = read[0]
-                    entries.append(StoreEntry(f"{self.url.url}/{rel}", rel, manifest, manifest.total_bytes))
+        labels = self._labels()
+
+        def listing(label: str) -> Callable[[], Any]:
+            return lambda: self.io.op("ls", self.io.path(label), detail=True, missing_ok=True)
+
+        listings = self.io.run_all("listing", [(0, listing(label)) for label in labels])
+        rels = [
+            f"{label}/{_basename(item['name'])}"
+            for label, items in zip(labels, listings, strict=True)
+            for item in items or []
+            if item.get("type") == "directory"
+        ]
+        entries = [
+            StoreEntry(f"{self.url.url}/{rel}", rel, read[0], read[0].total_bytes)
+            for rel, read in zip(rels, self.read_remote_manifests(rels), strict=True)
+            if read is not None
+        ]
         entries.sort(key=lambda e: e.manifest.created_at, reverse=True)
         return entries
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from _netproxy import BlackHole
+from _seaweedfs import point_boto_at
 from plugins.fake_backend import build_bundle
 
 from neuronc.errors import RemoteStoreError
@@ -28,12 +29,7 @@ DEFAULT_LIMIT_SECONDS = 40.0  # "well under a minute"; the defaults give about 2
 @pytest.fixture
 def black_hole(monkeypatch: pytest.MonkeyPatch) -> Iterator[BlackHole]:
     hole = BlackHole()
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", hole.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(var, raising=False)
+    point_boto_at(hole.endpoint, monkeypatch)
     try:
         yield hole
     finally:
@@ -106,9 +102,7 @@ def test_a_refused_connection_is_exit_5_at_once(monkeypatch: pytest.MonkeyPatch,
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    point_boto_at(f"http://127.0.0.1:{port}", monkeypatch)
     monkeypatch.setenv("NEURONC_REMOTE_DEADLINE", "5")
     result, seconds = _cli("store", "list", "--store", "s3://bucket/x", "--json")
     assert result.returncode == 5, result.stderr
