@@ -1,11 +1,14 @@
-"""The bundle store: layout, lookup, lock, list, rm, gc, nearest."""
+"""The bundle store: layout, lookup, lock, list, rm, gc, nearest, verify and repair."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from plugins.fake_backend import FakeBackend, build_bundle, make_spec
+from typer.testing import CliRunner
 
 from neuronc.errors import InvalidInputError
 from neuronc.keys import config_key, toolchain_key, toolchain_label
@@ -178,3 +181,31 @@ def verify_bundle_ok(path: Path) -> bool:
     from neuronc.bundle import verify_bundle
 
     return verify_bundle(path).ok
+
+
+def test_store_verify_and_repair_a_damaged_local_bundle(tmp_path: Path, runner: CliRunner) -> None:
+    from neuronc._output import out
+    from neuronc.cli import app
+
+    store = Store(tmp_path / "store")
+    source = build_bundle(tmp_path / "source")
+    stored = store.publish(source).path
+    key = read_hash(stored)[:10]
+
+    def cli(*args: str) -> Any:
+        out.reset()
+        return runner.invoke(app, ["store", "verify", key, "--store", str(store.root), *args])
+
+    assert cli().exit_code == 0
+    (stored / "weights" / "rank0.safetensors").write_bytes(b"tampered")
+    result = cli("--json")
+    assert result.exit_code == 4
+    assert "weights/rank0.safetensors" in result.stdout and "--repair" in result.stderr
+    repaired = cli("--repair", "--from", str(source), "--json")
+    assert repaired.exit_code == 0, repaired.output
+    assert [b["action"] for b in json.loads(repaired.stdout)["bundles"]] == ["repaired"]
+    assert cli().exit_code == 0
+    (stored / "weights" / "rank0.safetensors").write_bytes(b"tampered again")
+    dropped = cli("--repair", "--json")
+    assert [b["action"] for b in json.loads(dropped.stdout)["bundles"]] == ["dropped"]
+    assert store.list() == []

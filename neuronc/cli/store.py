@@ -168,7 +168,6 @@ def verify_command(
     if bad:
         error = VerificationError(
             f"{s.location}: {len(bad)} bundle(s) failed verification",
-            details=[f"{c.entry.key}: {line}" for c in bad for line in c.report.problems()][:50],
             hint=f"`neuronc store verify {key} --store {s.location} --repair` mends or drops them",
         )
     _finish(data, render, error)
