@@ -67,8 +67,29 @@ class SeaweedFS:
             return ""
 
 
+START_ATTEMPTS = 3
+
+
 def start_seaweedfs(directory: Path) -> SeaweedFS:
-    """Start SeaweedFS with S3 on 127.0.0.1 and return once S3 answers HTTP."""
+    """Start SeaweedFS with S3 on 127.0.0.1 and return once S3 answers HTTP.
+
+    Free ports are found by binding port 0 and letting go, so another process may take one before
+    weed binds it: a start that fails with "address already in use" is tried again on new ports.
+    """
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return _start(directory / f"try{attempt}" if attempt else directory)
+        except _PortTaken:
+            continue
+    msg = f"SeaweedFS found no free ports in {START_ATTEMPTS} tries"
+    raise RuntimeError(msg)
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+def _start(directory: Path) -> SeaweedFS:
     binary = weed_binary()
     if binary is None:
         msg = "weed binary not found"
@@ -108,7 +129,7 @@ def start_seaweedfs(directory: Path) -> SeaweedFS:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             msg = f"weed exited with {process.returncode}:\n{server.log_tail()}"
-            raise RuntimeError(msg)
+            raise (_PortTaken if "address already in use" in server.log_tail(200) else RuntimeError)(msg)
         try:
             urllib.request.urlopen(server.endpoint + "/", timeout=1).close()
             return server
