@@ -121,6 +121,8 @@ def _announce(report: BuildReport) -> None:
         out.warning(f"{report.label}: skipped")
     else:
         out.warning(f"{report.label}: failed (exit {report.exit_code})")
+    for message in report.messages:
+        out.info(f"{report.label}: {message}")
 
 
 def _render(reports: list[Any]) -> None:

@@ -15,10 +15,8 @@ from neuronc.backends.base import Availability, Backend, CompilePlan
 from neuronc.errors import BackendUnavailableError
 from neuronc.keys import ConfigKey
 from neuronc.spec import BuildSpec
-from neuronc.store import BundleStore
 
 # What the pipeline asks of a bundle store, local or remote: the store interface itself.
-PipelineStore = BundleStore
 
 
 @dataclass(frozen=True)

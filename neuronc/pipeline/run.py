@@ -9,7 +9,7 @@ from pathlib import Path
 
 from neuronc.backends.base import Availability
 from neuronc.errors import EXIT_ENVIRONMENT, BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
-from neuronc.pipeline.context import BuildContext, PipelineStore, resolve_build
+from neuronc.pipeline.context import BuildContext, resolve_build
 from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
 from neuronc.pipeline.out import bundle_dirname, copy_bundle
 from neuronc.pipeline.report import BuildReport, BuildStatus
@@ -18,6 +18,7 @@ from neuronc.pipeline.timing import StageClock
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import default_jobs
 from neuronc.spec import BuildSpec
+from neuronc.store import BundleStore
 
 Log = Callable[[str], None]
 
@@ -42,7 +43,7 @@ def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
     return found
 
 
-def open_store(store: PipelineStore | str | os.PathLike[str] | None) -> PipelineStore:
+def open_store(store: BundleStore | str | os.PathLike[str] | None) -> BundleStore:
     """A store from a store object, a location (directory, s3://, hf://), or None (the default store)."""
     from neuronc.store import open_store as open_any
 
@@ -79,7 +80,7 @@ def select_builds(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[Build
 def compile_profiles(
     paths: Sequence[str | os.PathLike[str]],
     *,
-    store: PipelineStore | str | os.PathLike[str] | None = None,
+    store: BundleStore | str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     jobs: int | None = None,
     only: Sequence[str] | None = None,
@@ -148,7 +149,7 @@ def compile_profiles(
 def build_one(
     spec: BuildSpec,
     *,
-    store: PipelineStore | str | os.PathLike[str] | None = None,
+    store: BundleStore | str | os.PathLike[str] | None = None,
     out_dir: Path | None = None,
     out_subdir: bool = False,
     jobs: int | None = None,
@@ -178,7 +179,7 @@ def build_one(
 def _run(
     spec: BuildSpec,
     report: BuildReport,
-    store: PipelineStore,
+    store: BundleStore,
     out_dir: Path | None,
     out_subdir: bool,
     jobs: int | None,
@@ -206,7 +207,7 @@ def _run(
 def _build(
     ctx: BuildContext,
     report: BuildReport,
-    store: PipelineStore,
+    store: BundleStore,
     jobs: int,
     require_hit: bool,
     progress: ProgressSink,
@@ -222,6 +223,8 @@ def _build(
         say(f"{ctx.label}: {line}")
     with clock.stage("preflight", "memory pre-flight", quiet=True):
         preflight(ctx, jobs, say)
+        # A missing bucket or a read-only store fails now (exit 5), not after an hour of compiling.
+        store.ensure_writable()
 
     def waiting(holder: str) -> None:
         say(f"{ctx.label}: waiting for another build of {ctx.config.short} ({holder})")

@@ -15,10 +15,11 @@ from neuronc.backends.base import CompileJob, CompileResult
 from neuronc.bundle import BundleWriter
 from neuronc.errors import EXIT_OK, CompileError, NeuroncError, log_tail
 from neuronc.fsutil import plural
-from neuronc.pipeline.context import BuildContext, PipelineStore
+from neuronc.pipeline.context import BuildContext
 from neuronc.pipeline.report import BuildReport, BuildStatus
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import ProgressSink
+from neuronc.store import BundleStore
 
 _LOG_TAIL_LINES = 20
 
@@ -45,7 +46,7 @@ def preflight(ctx: BuildContext, jobs: int, log: Callable[[str], None]) -> None:
 def compile_into_store(
     ctx: BuildContext,
     report: BuildReport,
-    store: PipelineStore,
+    store: BundleStore,
     jobs: int,
     progress: ProgressSink,
     clock: StageClock,
@@ -94,6 +95,13 @@ def compile_into_store(
         with clock.stage("publish", "write manifest and publish"):
             bundle = writer.finish(_manifest_fields(ctx, report, source, shards, result))
         finished = True
+        published = writer.published
+        if published is not None and published.lost_race:
+            # Another host published this key first: its bundle is the one in the store, and
+            # the one this build uses (the local copy was replaced by it).
+            record_hit(report, bundle)
+            report.messages.append(published.message or f"another publisher stored {ctx.config.short} first")
+            return
         report.status = BuildStatus.BUILT
         report.exit_code = EXIT_OK
         report.bundle = str(bundle)
