@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sdk_doubles.fixtures import make_job, make_spec, tiny_bert, tiny_llama  # noqa: F401
+from sdk_doubles.fixtures import make_job, make_spec
 
 from neuronc.backends import get_backend
 from neuronc.backends._neuron_common import neuron_device_present
@@ -63,7 +63,7 @@ def test_real_sdk_compiles_a_tiny_llama(
     backend: str,
     buckets: str,
     weights: str,
-    tiny_llama: Path,  # noqa: F811
+    tiny_llama: Path,
     tmp_path: Path,
 ) -> None:
     _require(backend)
@@ -76,7 +76,7 @@ def test_real_sdk_compiles_a_tiny_llama(
     assert any(job.artifacts_dir.iterdir())
 
 
-def test_real_torch_neuronx_traces_a_tiny_bert(tiny_bert: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_real_torch_neuronx_traces_a_tiny_bert(tiny_bert: Path, tmp_path: Path) -> None:
     _require("torch-neuronx")
     shutil.copytree(tiny_bert, tmp_path / "model")
     spec = make_spec(
