@@ -1,10 +1,12 @@
 """Contract test against the real optimum-neuron 0.4.5 (its config classes import on CPU).
 
 neuronc's optimum-neuron mapping is checked against optimum-neuron's own code, not a double:
-``NxDNeuronConfig`` must accept every field neuronc sets and keep it through ``to_dict``,
-``save_pretrained`` and ``from_pretrained``; ``get_neuron_config`` and ``export`` must accept the
-export arguments; the instance type and dtype must normalise to what neuronc records. The SDK
-double of ``optimum.neuron`` must write the same neuron_config.json keys as the real class.
+``NxDNeuronConfig``'s constructor must be the one neuronc recorded (``_optimum_fields``, which
+``options.neuron_config`` is validated against), must accept every field neuronc sets and keep it
+through ``to_dict``, ``save_pretrained`` and ``from_pretrained``; ``get_neuron_config`` and
+``export`` must accept the arguments neuronc passes; the instance type and dtype must normalise to
+what neuronc records. The SDK double of ``optimum.neuron`` must write the same neuron_config.json
+keys as the real class.
 
 optimum-neuron pins transformers 4.57.x and torch 2.8, so this runs in its own environment:
 ``tests/contract/run_optimum_contract.sh``. Elsewhere it is skipped. The only stand-in is a
@@ -27,7 +29,8 @@ pytest.importorskip(
     "optimum.neuron", reason="optimum-neuron is not installed (run tests/contract/run_optimum_contract.sh)"
 )
 
-from neuronc.backends.optimum_neuron import export_arguments, neuron_config_kwargs
+from neuronc.backends._optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OPTIMUM_NEURON_VERSION
+from neuronc.backends.optimum_neuron import get_neuron_config_arguments, neuron_config_kwargs
 from neuronc.profile import load_profile, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +62,15 @@ def _specs(tmp_path: Path) -> list:  # type: ignore[type-arg]
     return [*shipped, *local]
 
 
+def test_the_recorded_constructor_is_the_real_one() -> None:
+    from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
+    from optimum.neuron.version import __version__
+
+    assert __version__ == OPTIMUM_NEURON_VERSION
+    parameters = list(inspect.signature(NxDNeuronConfig.__init__).parameters.values())[1:]
+    assert [(p.name, repr(p.default)) for p in parameters] == list(NXD_NEURON_CONFIG_PARAMETERS)
+
+
 def test_nxd_neuron_config_accepts_and_keeps_every_field(tmp_path: Path) -> None:
     import torch
     from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
@@ -86,11 +98,10 @@ def test_export_arguments_fit_get_neuron_config_and_normalise_like_neuronc(tmp_p
     from optimum.neuron.utils.instance import normalize_instance_type
 
     for spec in _specs(tmp_path):
-        args = export_arguments(spec)
-        dtype = args.pop("torch_dtype")  # 0.4.5 takes the dtype from the model config
+        args = get_neuron_config_arguments(spec)
         inspect.signature(NeuronModelForCausalLM.get_neuron_config).bind(spec.model.id, config=None, **args)
         assert normalize_instance_type(args["instance_type"]) == neuron_config_kwargs(spec)["target"]
-        assert DTYPE_MAPPER.pt(dtype) == getattr(torch, spec.dtype)
+        assert DTYPE_MAPPER.pt(spec.dtype) == getattr(torch, spec.dtype)
         inspect.signature(NeuronModelForCausalLM.export).bind(
             model_id="dir", neuron_config=object(), config=None, load_weights=False
         )

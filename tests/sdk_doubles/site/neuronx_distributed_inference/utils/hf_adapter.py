@@ -20,6 +20,8 @@ def load_pretrained_config(model_path_or_name: str | None = None, hf_config: Any
         else:
             data = json.loads((Path(str(model_path_or_name)) / "config.json").read_text(encoding="utf-8"))
             data["_name_or_path"] = str(model_path_or_name)
+            # The real one copies AutoConfig(...).to_dict(), which has pad_token_id (None when unset).
+            data.setdefault("pad_token_id", None)
         for key, value in data.items():
             setattr(self, key, value)
 
