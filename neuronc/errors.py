@@ -212,6 +212,14 @@ def is_disk_full(exc: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
             return True
+        # shutil.copytree gathers its copy errors into one shutil.Error (an OSError without errno)
+        # whose message lists each "[Errno 28] No space left on device".
+        if (
+            isinstance(seen, OSError)
+            and seen.errno is None
+            and any(f"[Errno {n}]" in str(seen) for n in _DISK_FULL_ERRNOS)
+        ):
+            return True
         seen = seen.__cause__ or seen.__context__
     return False
 

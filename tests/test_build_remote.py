@@ -61,5 +61,5 @@ def test_compile_publishes_to_s3_and_another_host_gets_a_hit(
     # A miss against the remote store names what differs from the nearest remote bundle.
     [other] = compile_profiles([write_profile(tmp_path / "q.yaml", context_buckets=[16, 48])], store=url)
     assert other.status == "built" and other.nearest is not None
-    assert [d["field"] for d in other.nearest["differences"]] == ["sequence.context_buckets"]
+    assert [d["field"] for d in other.nearest.differences] == ["sequence.context_buckets"]
     assert len(RemoteStore(url, cache_dir=tmp_path / "probe2").list()) == 2

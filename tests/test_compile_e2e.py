@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from neuronc.build import BuildReport, compile_profiles
 from neuronc.bundle import read_manifest, verify_bundle
+from neuronc.pipeline import BuildReport, compile_profiles
 from neuronc.store import Store
 
 pytestmark = pytest.mark.slow
@@ -86,6 +86,18 @@ def test_demo_bundle_verifies(demo: Demo) -> None:
     assert compile_stage.children_peak_rss_bytes and compile_stage.children_peak_rss_bytes > 100 * 2**20
 
 
+def test_inspect_of_a_cpu_bundle_says_how_to_load_it(demo: Demo) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronc", "inspect", str(demo.bundle), "--json"],
+        capture_output=True,
+        text=True,
+        env=demo.env(),
+        check=True,
+    )
+    snippet = json.loads(proc.stdout)["load_snippet"]
+    assert "from neuronc.runtime import load" in snippet and str(demo.bundle) in snippet
+
+
 def test_second_compile_is_a_store_hit_without_torch(demo: Demo) -> None:
     script = (
         "import atexit, sys\n"
@@ -119,7 +131,7 @@ def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache:
         ("tkg-b1-s128", True),
     ]
     assert report.nearest is not None
-    assert [d["field"] for d in report.nearest["differences"]] == ["sequence.context_buckets"]
+    assert [d["field"] for d in report.nearest.differences] == ["sequence.context_buckets"]
     assert verify_bundle(Path(report.bundle or "")).ok
     assert len(Store(demo.store).list()) == 2
 

@@ -45,6 +45,9 @@ def _root(
         bool,
         typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
     ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Tables at full width whatever the terminal's (also NEURONC_WIDE=1).")
+    ] = False,
 ) -> None:
     """Compile LLMs ahead of time for AWS Neuron into versioned, verifiable bundles.
 
@@ -52,10 +55,20 @@ def _root(
     5 environment incompatible, 6 required cache/store hit missing, 130 interrupted.
     Set NEURONC_DEBUG=1 for tracebacks.
     """
+    if wide:
+        from neuronc._output import out
+
+        out.configure(json_mode=False, wide=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    # Text for people may hold file names that are not UTF-8 (lone surrogates, PEP 383): show them
+    # escaped rather than fail with UnicodeEncodeError half-way through the output.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     app(args=argv, prog_name="neuronc")
 
 

@@ -14,7 +14,7 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt
+from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
@@ -42,16 +42,28 @@ def inspect_command(
     against_env: AgainstEnvOpt = False,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals."""
     from neuronc.bundle import read_manifest
     from neuronc.bundle._summary import bundle_summary
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     manifest = read_manifest(bundle)
     data = bundle_summary(manifest, bundle)
+    if data["load_snippet"] is None:
+        data["load_snippet"] = _backend_snippet(manifest.backend, bundle)
     failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
     _finish(data, lambda: _render(data), failure)
+
+
+def _backend_snippet(backend: str, bundle: Path) -> str | None:
+    """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
+    from neuronc.backends import backend_names, get_backend
+
+    if backend not in backend_names():
+        return None
+    return get_backend(backend).load_snippet(str(bundle.absolute()))
 
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
@@ -76,11 +88,12 @@ def verify_command(
     ] = None,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra."""
     from neuronc.bundle import read_manifest
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
     manifest = read_manifest(bundle)
@@ -194,23 +207,25 @@ def _s(value: Any, limit: int = 200) -> str:
     """A manifest value made safe for the terminal: no control characters, no Rich markup."""
     from rich.markup import escape
 
+    return escape(_cell(value, limit))
+
+
+def _cell(value: Any, limit: int = 200) -> str:
+    """A manifest value for a table cell: no control characters (cells are never read as markup)."""
     from neuronc.bundle import safe_text
 
-    return "" if value is None else escape(safe_text(value, limit))
+    return "" if value is None else safe_text(value, limit)
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+    from neuronc.fsutil import format_bytes
+
+    return "-" if n is None else format_bytes(n)
 
 
 def _render(d: dict[str, Any]) -> None:
+    from neuronc.fsutil import plural
+
     seq = d["sequence"]
     model = d["model"]
     revision = f" @ {_s(model['revision'], 64)}" if model["revision"] else ""
@@ -226,14 +241,14 @@ def _render(d: dict[str, Any]) -> None:
     if d["graphs"]:
         rows = [
             [
-                _s(g["name"]),
-                _s(g["role"]),
+                _cell(g["name"]),
+                _cell(g["role"]),
                 g["batch"],
                 g["bucket"],
                 _size(g["bytes"]),
                 f"{g['compile_seconds']:.1f}",
                 "hit" if g["cache_hit"] else "",
-                _s(g["artifact"]),
+                _cell(g["artifact"]),
             ]
             for g in d["graphs"]
         ]
@@ -242,25 +257,28 @@ def _render(d: dict[str, Any]) -> None:
             rows,
             title="graphs",
             justify={"batch": "right", "bucket": "right", "size": "right", "compile s": "right"},
+            optional=["role", "size", "compile s", "cache", "artifact"],
         )
     if d["shards"]:
-        rows = [[s["rank"], _s(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
+        rows = [[s["rank"], _cell(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
         out.table(["rank", "file", "size", "sha256"], rows, title="shards", justify={"size": "right"})
     out.table(
-        ["package", "version"], [[_s(k), _s(v) if v else "-"] for k, v in d["toolchain"].items()], title="toolchain"
+        ["package", "version"],
+        [[_cell(k), _cell(v) if v else "-"] for k, v in d["toolchain"].items()],
+        title="toolchain",
     )
     keys = d["keys"]
     out.print(f"config     {keys['config_hash']}")
     out.print(f"toolchain  {keys['toolchain_key']}")
     t = d["totals"]
     out.print(
-        f"totals     {t['files']} files, {_size(t['bytes'])}; {t['graphs']} graphs, {t['shards']} shards; "
+        f"totals     {plural(t['files'], 'file')}, {_size(t['bytes'])}; {plural(t['graphs'], 'graph')}, "
+        f"{plural(t['shards'], 'shard')}; "
         f"compile {t['compile_seconds']:.1f} s, wall {t['wall_seconds']:.1f} s"
     )
     if d["load_snippet"]:
         out.print("load:")
-        for line in str(d["load_snippet"]).splitlines()[:40]:
-            out.print(f"  {_s(line, 300)}")
+        out.code("\n".join(f"  {line}" for line in str(d["load_snippet"]).splitlines()[:40]))
     if "verify" in d:
         _render_verify(d)
     if "environment" in d:

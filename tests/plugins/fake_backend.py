@@ -59,6 +59,8 @@ def register() -> None:
 
 
 def make_spec(**overrides: Any) -> BuildSpec:
+    """A BuildSpec for the fake backend (registered here: keys ask the backend how it applies flags)."""
+    register()
     data: dict[str, Any] = {
         "model": ModelSection(id="acme/tiny-llama", revision="0123456789abcdef0123456789abcdef01234567"),
         "backend": NAME,
