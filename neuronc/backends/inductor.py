@@ -88,7 +88,8 @@ class InductorBackend(BackendBase):
     name: ClassVar[str] = "inductor"
     # Inductor takes no compiler flags (its knobs are options.inductor_config).
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
-    # Measured: a 254M-parameter fp32 model (1.0 GB) peaked at 3.5 GB per graph process.
+    # A 254M-parameter fp32 model (1.0 GB) peaked at 3.5 GB per graph process (measured when this backend
+    # was written; docs/inductor.md, "Limits").
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         int(0.5 * GIB), 0.0, int(1.5 * GIB), True, "each graph process loads the model and binds 2× its weights"
     )
