@@ -61,6 +61,7 @@ def model(module: str, cls: str) -> list[Name]:
         Name(f"{q}.load"),
         Name(f"{q}.get_neuron_config_cls", returns="config"),
         Name(f"{q}.get_config_cls", returns="class"),
+        Name(f"{q}.get_compiler_args"),  # the hook for compiler flags (NxDI reads no NEURON_CC_FLAGS)
     ]
 
 
@@ -84,6 +85,7 @@ RECORD: dict[str, list[Name]] = {
         Name(f"{NXDI_HF}.load_pretrained_config"),
         Name(f"{NXDI_HF}.HuggingFaceGenerationAdapter"),
         Name(f"{NXDI_HF}.HuggingFaceGenerationAdapter.generate"),
+        Name("neuronx_distributed_inference.models.model_wrapper.ModelWrapper"),
         Name("neuronx_distributed_inference.utils.constants.MODEL_TYPES"),
         Name("neuronx_distributed_inference.inference_demo.MODEL_TYPES"),
         *model("llama.modeling_llama", "NeuronLlamaForCausalLM"),
