@@ -141,33 +141,33 @@ RECORD: dict[str, list[Name]] = {
 # checks that each of these is in every record of its package (found there, or listed as missing).
 NEURONC_CALLS: dict[str, dict[str, str]] = {
     "neuronx-distributed-inference": {
-        f"{NXDI_HF}.load_pretrained_config": "neuronc/backends/nxdi.py:189",
-        f"{NXDI_HF}.HuggingFaceGenerationAdapter": "neuronc/backends/nxdi.py:247 (load snippet)",
-        f"{NXDI_CONFIG}.NeuronConfig": "neuronc/backends/nxdi.py:188 (get_neuron_config_cls()(**kwargs))",
-        f"{NXDI_CONFIG}.InferenceConfig.load": "neuronc/backends/nxdi.py:238 (load snippet, reference weights)",
+        f"{NXDI_HF}.load_pretrained_config": "neuronc/backends/nxdi.py:286",
+        f"{NXDI_HF}.HuggingFaceGenerationAdapter": "neuronc/backends/nxdi.py:343 (load snippet)",
+        f"{NXDI_CONFIG}.NeuronConfig": "neuronc/backends/nxdi.py:285 (get_neuron_config_cls()(**kwargs))",
+        f"{NXDI_CONFIG}.InferenceConfig.load": "neuronc/backends/nxdi.py:334 (load snippet, reference weights)",
         **{
             f"neuronx_distributed_inference.models.{m}.{c}{suffix}": f"neuronc/backends/nxdi.py:{line}"
             for m, c in (
                 ("llama.modeling_llama", "NeuronLlamaForCausalLM"),
+                ("mistral.modeling_mistral", "NeuronMistralForCausalLM"),
                 ("mixtral.modeling_mixtral", "NeuronMixtralForCausalLM"),
                 ("dbrx.modeling_dbrx", "NeuronDbrxForCausalLM"),
                 ("qwen2.modeling_qwen2", "NeuronQwen2ForCausalLM"),
                 ("qwen3.modeling_qwen3", "NeuronQwen3ForCausalLM"),
                 ("qwen3_moe.modeling_qwen3_moe", "NeuronQwen3MoeForCausalLM"),
                 ("gpt_oss.modeling_gpt_oss", "NeuronGptOssForCausalLM"),
-                ("llama4.modeling_llama4", "NeuronLlama4ForCausalLM"),
             )
             for suffix, line in (
-                ("", "194"),
-                (".compile", "196"),
-                (".load", "245 (load snippet)"),
-                (".get_neuron_config_cls", "188"),
-                (".get_config_cls", "190"),
+                ("", "291"),
+                (".compile", "293"),
+                (".load", "341 (load snippet)"),
+                (".get_neuron_config_cls", "285"),
+                (".get_config_cls", "287"),
             )
         },
     },
     "transformers-neuronx": {
-        "transformers_neuronx.NeuronConfig": "neuronc/backends/transformers_neuronx.py:208",
+        "transformers_neuronx.NeuronConfig": "neuronc/backends/transformers_neuronx.py:302",
         **{
             f"transformers_neuronx.{c}{suffix}": f"neuronc/backends/transformers_neuronx.py:{line}"
             for c in (
@@ -181,16 +181,16 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
                 "OPTForSampling",
             )
             for suffix, line in (
-                ("", "204"),
-                (".from_pretrained", "213"),
-                (".to_neuron", "215"),
-                (".cpu_compile", "217"),
-                (".save", "222"),
-                (".load", "264 (load snippet)"),
+                ("", "298"),
+                (".from_pretrained", "307"),
+                (".to_neuron", "311"),
+                (".cpu_compile", "313"),
+                (".save", "315"),
+                (".load", "358 (load snippet)"),
             )
         },
     },
-    "torch-neuronx": {"torch_neuronx.trace": "neuronc/backends/torch_neuronx.py:178"},
+    "torch-neuronx": {"torch_neuronx.trace": "neuronc/backends/torch_neuronx.py:188"},
     "neuronx-distributed": {},
 }
 

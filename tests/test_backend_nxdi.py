@@ -14,7 +14,13 @@ from sdk_doubles.fixtures import bundle_with_extra, files_under, make_job, make_
 from neuronc.backends import get_backend
 from neuronc.backends._neuron_isolated import COMPILE_LOG
 from neuronc.backends.nxdi import MODEL_CLASSES, model_class_for, neuron_config_kwargs
-from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError, ProfileError
+from neuronc.errors import (
+    BackendUnavailableError,
+    CompileError,
+    EnvironmentIncompatibleError,
+    InvalidInputError,
+    ProfileError,
+)
 from neuronc.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -411,3 +417,18 @@ def test_serving_vllm_is_recorded_in_the_manifest_extra(
     assert written["is_continuous_batching"] is True and written["ctx_batch_size"] == 1
     assert [g.graph.name for g in result.graphs][:2] == ["cte-b1-s64", "cte-b1-s128"]
     json.dumps(result.extra)  # the manifest stores it as JSON
+
+
+def test_a_class_the_installed_nxdi_lacks_stops_the_compile_with_the_release_that_has_it(
+    sdk_doubles: Path,
+    workspace: Path,
+) -> None:
+    # The doubles stand for NxDI 0.6.10598 (Neuron SDK 2.26.1), which has no NeuronMistralForCausalLM.
+    path = workspace / "llama" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": "mistral"}))
+    job = make_job(spec_for(workspace), workspace / "llama", workspace)
+    with pytest.raises(EnvironmentIncompatibleError) as info:
+        get_backend("nxdi").compile(job)
+    assert info.value.exit_code == 5
+    assert "NeuronMistralForCausalLM is not in this NxD Inference" in info.value.message
+    assert "Neuron SDK 2.29" in (info.value.hint or "")

@@ -227,3 +227,16 @@ def test_options_are_checked_at_validate_time(tmp_path: Path) -> None:
         "options.from_pretrained.n_positions: set by neuronc from the profile's sequence.token_buckets"
         in (info.value.details[0])
     )
+
+
+@pytest.mark.parametrize("model_type", ["gptj", "gpt_neox"])
+def test_classes_that_cannot_save_their_kernels_are_refused(tiny_llama: Path, tmp_path: Path, model_type: str) -> None:
+    shutil.copytree(tiny_llama, tmp_path / "model")
+    config = json.loads((tmp_path / "model/config.json").read_text())
+    (tmp_path / "model/config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    base = (
+        "model: {id: ./model}\nbackend: transformers-neuronx\ntarget: inf2\ntp_degree: 2\nsequence: {max_length: 256}\n"
+    )
+    with pytest.raises(InvalidInputError) as info:
+        make_spec(base, tmp_path)
+    assert "has no save()/load()" in info.value.details[0]

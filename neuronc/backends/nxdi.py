@@ -53,7 +53,7 @@ from neuronc.backends.base import (
     check_import_reference,
 )
 from neuronc.backends.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
-from neuronc.errors import InvalidInputError
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hfcompat import legacy_rope_fields
 from neuronc.spec import StrictModel
 
@@ -74,6 +74,9 @@ MODEL_CLASSES: dict[str, tuple[str, str]] = {
     "qwen3_moe": (f"{_MODELS}.qwen3_moe.modeling_qwen3_moe", "NeuronQwen3MoeForCausalLM"),
     "gpt_oss": (f"{_MODELS}.gpt_oss.modeling_gpt_oss", "NeuronGptOssForCausalLM"),
 }
+# Classes that are not in every NxD Inference release (the v0.6.10598 tag is Neuron SDK 2.26.1's):
+# gpt_oss arrived with v0.7.14366 (SDK 2.27), mistral after it (the main branch's SDK 2.29 sources).
+FIRST_RELEASE: dict[str, str] = {"gpt_oss": "0.7 (Neuron SDK 2.27)", "mistral": "the Neuron SDK 2.29 sources"}
 # Model types NxDI serves with more than one neuron config: neuronc builds one NeuronConfig per
 # bundle, so it refuses them with the reason.
 UNSUPPORTED_MODEL_TYPES: dict[str, str] = {
@@ -277,8 +280,15 @@ class NxdiBackend(NeuronBackend):
     def compile_in_process(self, job: CompileJob) -> CompileResult:
         spec = job.spec
         options = NxdiOptions.model_validate(spec.options)
-        module_name, class_name = model_class_for(model_type_of(job.checkpoint_dir), options.model_class)
-        model_cls = getattr(importlib.import_module(module_name), class_name)
+        model_type = model_type_of(job.checkpoint_dir)
+        module_name, class_name = model_class_for(model_type, options.model_class)
+        try:
+            model_cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            since = FIRST_RELEASE.get(model_type)
+            msg = f"{module_name}:{class_name} is not in this NxD Inference ({exc})"
+            hint = f"{class_name} is in NxD Inference from {since}" if since else "check options.model_class"
+            raise EnvironmentIncompatibleError(msg, hint=hint) from None
         from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
 
         kwargs = neuron_config_kwargs(spec)

@@ -65,17 +65,26 @@ if TYPE_CHECKING:
 
 AMP = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
 
-# model_type -> class exported at transformers_neuronx's top level (its NeuronAutoModelForCausalLM table).
+# model_type -> class exported at transformers_neuronx's top level (its NeuronAutoModelForCausalLM table),
+# for the classes that can save and reload their NEFFs (save(), load(), cpu_compile()).
 MODEL_CLASSES: dict[str, str] = {
     "bloom": "BloomForSampling",
     "code_llama": "LlamaForSampling",
     "gpt2": "GPT2ForSamplingWithContextBroadcasting",
-    "gpt_neox": "GPTNeoXForSampling",
-    "gptj": "GPTJForSampling",
     "llama": "LlamaForSampling",
     "mistral": "MistralForSampling",
     "mixtral": "MixtralForSampling",
     "opt": "OPTForSampling",
+}
+# GPTJForSampling and GPTNeoXForSampling derive from module.PretrainedModel, not base.NeuronModelBase:
+# they have no save(), load() or cpu_compile() (aws-neuron/transformers-neuronx src/transformers_neuronx/
+# gptj/model.py, gptneox/model.py), so their compiled kernels cannot be stored in a bundle.
+UNSUPPORTED_MODEL_TYPES: dict[str, str] = {
+    model_type: (
+        f"transformers-neuronx's {cls} has no save()/load(): its compiled kernels cannot be put in a bundle "
+        "(it compiles again at every to_neuron())"
+    )
+    for model_type, cls in (("gptj", "GPTJForSampling"), ("gpt_neox", "GPTNeoXForSampling"))
 }
 
 SPLIT_DIR = "pytorch_model.bin"
@@ -151,6 +160,8 @@ class TnxOptions(StrictModel):
 
 def model_class_for(model_type: str) -> str:
     """The ``transformers_neuronx`` class name for a checkpoint's model_type."""
+    if model_type in UNSUPPORTED_MODEL_TYPES:
+        raise InvalidInputError(UNSUPPORTED_MODEL_TYPES[model_type])
     try:
         return MODEL_CLASSES[model_type]
     except KeyError:
@@ -260,7 +271,9 @@ class TransformersNeuronxBackend(NeuronBackend):
             if key in extra
         ]
         model_type = model_type_for_checks(spec)
-        if model_type is not None and model_type not in MODEL_CLASSES:
+        if model_type in UNSUPPORTED_MODEL_TYPES:
+            problems.append(SpecProblem(("model", "id"), UNSUPPORTED_MODEL_TYPES[model_type]))
+        elif model_type is not None and model_type not in MODEL_CLASSES:
             msg = f"transformers-neuronx has no sampling class for model_type '{model_type}'"
             problems.append(SpecProblem(("model", "id"), f"{msg} (supported: {', '.join(sorted(MODEL_CLASSES))})"))
         return problems

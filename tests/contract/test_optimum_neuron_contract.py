@@ -20,8 +20,10 @@ import importlib.util
 import inspect
 import json
 import sys
+import textwrap
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +125,134 @@ def test_the_sdk_double_writes_the_same_neuron_config_keys(tmp_path: Path, monke
         fake = double.NxDNeuronConfig(**kwargs).to_dict()
         assert sorted(fake) == sorted(real)
         assert json.dumps(fake, sort_keys=True) == json.dumps(real, sort_keys=True)
+
+
+def _source_signature(module: str, cls: str, method: str) -> inspect.Signature:
+    """A method's signature read with ``ast`` from the installed optimum-neuron (for modules that need the SDK)."""
+    import ast
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    func = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == method)
+    positional = func.args.posonlyargs + func.args.args
+    defaults = [None] * (len(positional) - len(func.args.defaults)) + list(func.args.defaults)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [
+        inspect.Parameter(a.arg, kind, default=inspect.Parameter.empty if d is None else ast.unparse(d))
+        for a, d in zip(positional, defaults, strict=True)
+    ]
+    params += [
+        inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY, default=inspect.Parameter.empty if d is None else 0)
+        for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True)
+    ]
+    if func.args.kwarg is not None:
+        params.append(inspect.Parameter(func.args.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+class _Exported:
+    """What ``export`` returns, for the calls neuronc makes on it: each bound against the real method."""
+
+    def __init__(self, config: Any, neuron_config: Any) -> None:
+        self.config = config
+        self.neuron_config = neuron_config
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The module imports neuronx_distributed: its signature is read from the installed source.
+        signature = _source_signature(
+            "optimum.neuron.models.inference.backend.pretrained_model", "NxDPreTrainedModel", "save"
+        )
+        bound = signature.bind(self, *args, **kwargs)
+        self._write(Path(bound.arguments["dest_path"]))
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        from optimum.neuron import NeuronModelForCausalLM
+
+        bound = inspect.signature(NeuronModelForCausalLM.save_pretrained).bind(self, *args, **kwargs)
+        self._write(Path(bound.arguments["save_directory"]))
+
+    def _write(self, directory: Path) -> None:
+        # The configs as the real save() writes them (model.pt and shards need the Neuron SDK).
+        self.config.save_pretrained(directory)
+        self.neuron_config.save_pretrained(directory)
+
+
+@pytest.mark.parametrize(("weights", "options"), [("presharded", ""), ("on-load", "{on_device_sampling: false}")])
+def test_the_calls_neuronc_makes_bind_the_real_api_and_the_export_reloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weights: str, options: str
+) -> None:
+    """Run neuronc's own ``compile_in_process``: every optimum-neuron call it makes is bound against
+    the real signature, the config it builds is a real ``NxDNeuronConfig``, and the directory it
+    leaves loads with the real ``NxDNeuronConfig.from_pretrained``. Only what needs the Neuron SDK is
+    not run: the model family's ``_get_neuron_config`` (its module imports neuronx_distributed) is
+    replaced by a real ``NxDNeuronConfig`` with the same arguments, and the trace itself."""
+    import shutil
+
+    import torch
+    from optimum.neuron import NeuronModelForCausalLM
+    from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
+    from optimum.neuron.utils.argument_utils import DTYPE_MAPPER
+    from optimum.neuron.utils.instance import normalize_instance_type
+
+    from neuronc.backends import get_backend
+    from neuronc.backends.base import CompileJob
+
+    calls: list[str] = []
+    real_get_neuron_config = inspect.signature(NeuronModelForCausalLM.get_neuron_config)
+    real_export = inspect.signature(NeuronModelForCausalLM.export)
+
+    def get_neuron_config(*args: Any, **kwargs: Any) -> Any:
+        bound = real_get_neuron_config.bind(*args, **kwargs).arguments
+        calls.append("get_neuron_config")
+        batch = bound["batch_size"]
+        return NxDNeuronConfig(
+            batch_size=batch,
+            sequence_length=bound["sequence_length"],
+            tp_degree=bound["tensor_parallel_size"],
+            torch_dtype=DTYPE_MAPPER.pt(bound["config"].dtype),
+            target=normalize_instance_type(bound["instance_type"]),
+            on_device_sampling=True,
+            fused_qkv=True,
+            continuous_batching=batch > 1,
+        )
+
+    def export(*args: Any, **kwargs: Any) -> _Exported:
+        bound = real_export.bind(*args, **kwargs).arguments
+        calls.append("export")
+        return _Exported(bound["config"], bound["neuron_config"])
+
+    monkeypatch.setattr(NeuronModelForCausalLM, "get_neuron_config", staticmethod(get_neuron_config))
+    monkeypatch.setattr(NeuronModelForCausalLM, "export", staticmethod(export))
+    shutil.copytree(REPO / "profiles/models/tiny-llama", tmp_path / "model")
+    text = f"""
+    model: {{id: ./model}}
+    backend: optimum-neuron
+    target: inf2
+    tp_degree: 2
+    batch_size: 4
+    amp: bf16
+    sequence: {{max_length: 128, max_context_length: 64}}
+    weights: {weights}
+    """ + (f"options: {{neuron_config: {options}}}\n" if options else "")
+    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).builds[0]
+    backend = get_backend("optimum-neuron")
+    bundle = tmp_path / "bundle"
+    job = CompileJob(
+        spec=spec,
+        plan=backend.plan(spec),
+        checkpoint_dir=tmp_path / "model",
+        artifacts_dir=bundle / "artifacts",
+        logs_dir=bundle / "logs",
+        work_dir=tmp_path / "work",
+    )
+    job.artifacts_dir.mkdir(parents=True)
+    result = backend.compile_in_process(job)  # type: ignore[attr-defined]
+    assert calls == ["get_neuron_config", "export"]
+    reloaded = NxDNeuronConfig.from_pretrained(job.artifacts_dir)
+    assert reloaded.torch_dtype == torch.bfloat16
+    assert (reloaded.max_context_length, reloaded.sequence_length, reloaded.tp_degree) == (64, 128, 2)
+    assert reloaded.target == "trn1" and reloaded.continuous_batching is True
+    assert reloaded.on_device_sampling is (options == "")
+    assert result.extra["optimum_neuron"]["neuron_config"] == neuron_config_kwargs(spec)
