@@ -42,6 +42,17 @@ def _parse_constant(name: str) -> float:
     raise ValueError(msg)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            shown = key if len(key) <= 60 and key.isprintable() else ascii(key[:60])
+            msg = f"duplicate key '{shown}'"
+            raise ValueError(msg)
+        result[key] = value
+    return result
+
+
 def depth_of(value: Any, limit: int) -> int:
     """Nesting depth of parsed JSON (iterative, stops counting past ``limit``)."""
     deepest = 0
@@ -66,12 +77,14 @@ def parse_json(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
     allow_nan: bool = False,
+    unique_keys: bool = False,
 ) -> Any:
     """Parse a JSON document, refusing what no honest file of ours contains.
 
     Raises InvalidJsonError (exit 2) naming ``where`` for: more than ``max_bytes``, invalid UTF-8
     or JSON, nesting deeper than ``max_depth``, integers beyond 64 bits, NaN/Infinity (unless
-    ``allow_nan``).
+    ``allow_nan``), and with ``unique_keys`` an object that names a key twice (which readers
+    would otherwise resolve silently, each its own way).
     """
     if len(raw) > max_bytes:
         raise InvalidJsonError(f"{where}: {len(raw)} bytes of JSON; the limit is {max_bytes}")
@@ -79,11 +92,12 @@ def parse_json(
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise InvalidJsonError(f"{where}: not UTF-8 (byte {exc.start})") from None
+    hook = _unique_keys if unique_keys else None
     try:
         if allow_nan:
-            value = json.loads(text, parse_int=_parse_int)
+            value = json.loads(text, parse_int=_parse_int, object_pairs_hook=hook)
         else:
-            value = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+            value = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant, object_pairs_hook=hook)
     except RecursionError:
         raise InvalidJsonError(f"{where}: JSON nested more than {max_depth} levels deep") from None
     except json.JSONDecodeError as exc:
