@@ -11,6 +11,9 @@ from typer.testing import CliRunner
 
 from neuronc._output import out
 
+# The Neuron SDK test doubles and tiny checkpoints (sdk_doubles, tiny_llama, tiny_opt, tiny_bert).
+pytest_plugins = ["sdk_doubles.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:

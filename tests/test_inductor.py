@@ -16,14 +16,9 @@ from typing import Any
 import pytest
 
 from neuronc.backends import get_backend
+from neuronc.backends._inductor_cache import cached_entry, graph_cache_key, sweep_tmp
+from neuronc.backends._inductor_format import isa_runs_here, missing_constants, weight_shapes
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, GraphSpec
-from neuronc.backends.inductor import (
-    _cached_entry,
-    graph_cache_key,
-    isa_runs_here,
-    missing_constants,
-    safetensors_header,
-)
 from neuronc.errors import InvalidInputError, VerificationError
 from neuronc.profile import parse_profile
 
@@ -111,7 +106,7 @@ def test_isa_compatibility() -> None:
 
 
 def test_missing_constants_from_safetensors_headers() -> None:
-    headers = safetensors_header(DEMO / "model.safetensors")
+    shapes = weight_shapes(DEMO / "model.safetensors")
     meta = {
         "constants": {
             "model.lm_head.weight": {"keys": ["lm_head.weight"], "shape": [512, 64], "graph_owned": False},
@@ -124,7 +119,7 @@ def test_missing_constants_from_safetensors_headers() -> None:
             },
         }
     }
-    problems = missing_constants(meta, headers)
+    problems = missing_constants(meta, shapes)
     assert problems == [
         "model.model.gone: no weight named model.gone",
         "model.model.norm.weight: weight has shape [64], the graph expects [32]",
@@ -138,10 +133,10 @@ def test_damaged_cache_entry_is_a_miss(tmp_path: Path) -> None:
     (tmp_path / "g.constants.safetensors").write_bytes(b"x")
     meta = {"cache_key": "k", "package_sha256": hashlib.sha256(b"package").hexdigest()}
     (tmp_path / "g.json").write_text(json.dumps(meta))
-    assert _cached_entry(tmp_path, "g", "k") == meta
-    assert _cached_entry(tmp_path, "g", "other-key") is None
+    assert cached_entry(tmp_path, "g", "k") == meta
+    assert cached_entry(tmp_path, "g", "other-key") is None
     (tmp_path / "g.pt2").write_bytes(b"packag")  # truncated
-    assert _cached_entry(tmp_path, "g", "k") is None
+    assert cached_entry(tmp_path, "g", "k") is None
 
 
 def test_demo_model_regenerates_byte_identically() -> None:
@@ -352,14 +347,12 @@ def test_bind_constants_reports_every_missing_or_wrong_constant() -> None:
 def test_stale_graph_cache_scratch_is_swept(tmp_path: Path) -> None:
     import os
 
-    from neuronc.backends.inductor import _sweep_tmp
-
     old, fresh = tmp_path / "old-build", tmp_path / "live-build"
     old.mkdir()
     fresh.mkdir()
     (old / "cte.pt2").write_bytes(b"partial")
     os.utime(old, (0, 0))
-    _sweep_tmp(tmp_path)
+    sweep_tmp(tmp_path)
     assert not old.exists() and fresh.exists()
 
 

@@ -64,17 +64,6 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
-def register_backend_for_tests(name: str, value: str) -> None:
-    """Add an entry point at run time, as an installed plugin would (tests only)."""
-    _entry_points()[name] = EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
-    get_backend.cache_clear()
-
-
-def unregister_backend_for_tests(name: str) -> None:
-    _entry_points().pop(name, None)
-    get_backend.cache_clear()
-
-
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Availability",
