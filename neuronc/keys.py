@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,9 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
-# Flags that libneuronxla's cache wrapper consumes and that do not reach the compiler: they change
-# where artifacts are cached, not what is compiled (aws-neuron-sdk docs, neuron-caching.rst).
-_CACHE_ONLY_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
 HASHED_FIELDS = (
     "model.identity",
     "model.task",
@@ -52,23 +48,17 @@ def sha256_text(text: str) -> str:
 
 
 def effective_compiler_flags(spec: BuildSpec, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The compiler flags that reach the compiler: as the backend applies them, minus cache-location flags.
+    """The compiler flags that reach the compiler, as the backend applies them (cache-location flags aside).
 
     The profile's ``compiler.flags`` count where the backend passes them on; ``NEURON_CC_FLAGS``
     from the environment counts where the backend's compiler reads it. A flag nothing applies is
     not hashed (it would make two identical builds look different).
     """
     from neuronc.backends import get_backend
-    from neuronc.backends.base import CompilerFlagsMode
+    from neuronc.backends.base import applied_compiler_flags
 
     mode = get_backend(spec.backend).compiler_flags_mode
-    if mode is CompilerFlagsMode.NONE:
-        return []
-    env = os.environ if environ is None else environ
-    flags = list(spec.compiler_flags)
-    if mode is CompilerFlagsMode.PROFILE_AND_ENV and env.get("NEURON_CC_FLAGS"):
-        flags += shlex.split(env["NEURON_CC_FLAGS"])
-    return [f for f in flags if not f.startswith(_CACHE_ONLY_FLAGS)]
+    return applied_compiler_flags(mode, spec.compiler_flags, os.environ if environ is None else environ)
 
 
 def model_identity(spec: BuildSpec, *, model_dir: Path | None, resolved_revision: str | None) -> dict[str, Any]:
