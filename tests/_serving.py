@@ -8,7 +8,11 @@ SDK underneath is the doubles (tests/sdk_doubles), which write the files the rea
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +84,62 @@ def profile_for_tiny_model(shipped: Path, workdir: Path, model_dir: Path, **over
     path = workdir / shipped.name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+# The NxDI options a vLLM-ready build uses until profiles can say `options: {serving: vllm}`: continuous
+# batching, context batch 1 and vllm-neuron's on-device sampling (its _get_default_neuron_config).
+VLLM_READY_OPTIONS: dict[str, Any] = {
+    "logical_nc_config": 1,
+    "neuron_config": {
+        "is_continuous_batching": True,
+        "ctx_batch_size": 1,
+        "on_device_sampling_config": {"dynamic": True, "deterministic": False},
+    },
+}
+
+
+@contextlib.contextmanager
+def doubles_on_path(workdir: Path) -> Iterator[None]:
+    """The SDK doubles importable here and in child processes (as the sdk_doubles fixture, for any scope)."""
+    from sdk_doubles import SITE, forget_doubles, subprocess_env, write_dist_info
+
+    dist = write_dist_info(workdir / "sdk-dists")
+    saved_path, saved_env = list(sys.path), os.environ.get("PYTHONPATH")
+    sys.path[:0] = [str(SITE), str(dist)]
+    os.environ["PYTHONPATH"] = subprocess_env(dist)["PYTHONPATH"]
+    forget_doubles()
+    try:
+        yield
+    finally:
+        forget_doubles()
+        sys.path[:] = saved_path
+        if saved_env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_env
+
+
+def compile_shipped(workdir: Path) -> dict[str, Path]:
+    """Every shipped LLM profile compiled (through ``neuronc compile``) with the tiny model; nxdi twice:
+    as shipped, and vLLM-ready (``<stem>+vllm``). Keys are profile stems."""
+    from typer.testing import CliRunner
+
+    from neuronc._output import out
+    from neuronc.cli import app
+
+    model = write_wide_llama(workdir / "wide-llama")
+    bundles: dict[str, Path] = {}
+    with doubles_on_path(workdir):
+        for shipped in shipped_profiles():
+            variants = {shipped.stem: {}}
+            if yaml.safe_load(shipped.read_text())["backend"] == "nxdi":
+                variants[shipped.stem + "+vllm"] = {"options": VLLM_READY_OPTIONS}
+            for name, overrides in variants.items():
+                folder = workdir / name
+                folder.mkdir()
+                profile = profile_for_tiny_model(shipped, folder, model, **overrides)
+                out.reset()
+                result = CliRunner().invoke(app, ["compile", str(profile), "--json", "--store", str(workdir / "store")])
+                assert result.exit_code == 0, result.output
+                bundles[name] = Path(json.loads(result.stdout)["builds"][0]["bundle"])
+    return bundles
