@@ -16,6 +16,7 @@ import yaml
 from neuronc.deploy._types import DeployOptions
 from neuronc.deploy._values import ServingValues
 from neuronc.errors import InvalidInputError
+from neuronc.instances import InstanceType
 
 NGINX_IMAGE = "nginx:1.27-alpine"
 CONTAINER_BUNDLE = "/bundle"
@@ -31,9 +32,9 @@ class Placement:
         return len(self.groups)
 
 
-def placement(v: ServingValues, options: DeployOptions) -> Placement:
-    """The instance type and the device groups of each replica: disjoint groups of whole Neuron devices."""
-    from neuronc.instances import cores_per_device, default_instance, instance_type
+def resolve_instance(v: ServingValues, options: DeployOptions) -> InstanceType:
+    """``--instance-type`` (with or without SageMaker's ``ml.``), checked against the bundle, or the default."""
+    from neuronc.instances import default_instance, instance_type
 
     if options.instance_type:
         instance = instance_type(options.instance_type.removeprefix("ml."))
@@ -42,10 +43,18 @@ def placement(v: ServingValues, options: DeployOptions) -> Placement:
         if instance.target != v.target:
             msg = f"--instance-type {instance.name} is {instance.target}; the bundle was compiled for {v.target}"
             raise InvalidInputError(msg)
-    else:
-        instance = default_instance(v.target, v.tp_degree, v.options)
-        if instance is None:
-            raise InvalidInputError(f"no Neuron instance type for target {v.target}")
+        return instance
+    instance = default_instance(v.target, v.tp_degree, v.options)
+    if instance is None:
+        raise InvalidInputError(f"no Neuron instance type for target {v.target}")
+    return instance
+
+
+def placement(v: ServingValues, options: DeployOptions) -> Placement:
+    """The instance type and the device groups of each replica: disjoint groups of whole Neuron devices."""
+    from neuronc.instances import cores_per_device
+
+    instance = resolve_instance(v, options)
     per_replica = math.ceil(v.tp_degree / cores_per_device(v.target))
     fit = instance.devices // per_replica
     if fit < 1:
@@ -129,4 +138,13 @@ def nginx_conf(v: ServingValues, *, prefix: str, replicas: int, port: int) -> st
     )
 
 
-__all__ = ["CONTAINER_BUNDLE", "NGINX_IMAGE", "Placement", "bundle_volumes", "compose_text", "nginx_conf", "placement"]
+__all__ = [
+    "CONTAINER_BUNDLE",
+    "NGINX_IMAGE",
+    "Placement",
+    "bundle_volumes",
+    "compose_text",
+    "nginx_conf",
+    "placement",
+    "resolve_instance",
+]

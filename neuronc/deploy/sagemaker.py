@@ -13,6 +13,7 @@ import json
 import shlex
 from typing import Any
 
+from neuronc.deploy._compose import resolve_instance
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
@@ -54,23 +55,16 @@ def _image(v: ServingValues, options: DeployOptions) -> str:
 
 
 def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
-    from neuronc.instances import default_instance, instance_type
-
     image = _image(v, options)
     s3_uri = options.s3_uri or PLACEHOLDER_S3.format(name=v.name)
     if not s3_uri.startswith("s3://"):
         raise InvalidInputError(f"--s3-uri {s3_uri}: not an s3:// URI")
     if not s3_uri.endswith("/"):
         s3_uri += "/"  # S3Prefix: every object under the prefix, as a directory
-    if options.instance_type:
-        instance = instance_type(options.instance_type.removeprefix("ml."))
-        if instance is None or instance.target != v.target or instance.cores_at(v.options) < v.tp_degree:
-            msg = f"--instance-type {options.instance_type}: not a {v.target} instance with {v.tp_degree} NeuronCores"
-            raise InvalidInputError(msg)
-    else:
-        instance = default_instance(v.target, v.tp_degree, v.options)
-        if instance is None:
-            raise InvalidInputError(f"no SageMaker instance type for target {v.target}")
+    instance = resolve_instance(v, options)
+    if instance.cores_at(v.options) < v.tp_degree:
+        msg = f"--instance-type {instance.name}: {instance.cores} NeuronCores; the bundle needs {v.tp_degree}"
+        raise InvalidInputError(msg, hint="choose a larger --instance-type")
     download_s, startup_s = timeouts(v)
     name = f"neuronc-{v.name}"[:63]
     environment = sm_on_env(v, f"{MODEL_DIR}/artifacts")
