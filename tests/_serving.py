@@ -86,16 +86,9 @@ def profile_for_tiny_model(shipped: Path, workdir: Path, model_dir: Path, **over
     return path
 
 
-# The NxDI options a vLLM-ready build uses until profiles can say `options: {serving: vllm}`: continuous
-# batching, context batch 1 and vllm-neuron's on-device sampling (its _get_default_neuron_config).
-VLLM_READY_OPTIONS: dict[str, Any] = {
-    "logical_nc_config": 1,
-    "neuron_config": {
-        "is_continuous_batching": True,
-        "ctx_batch_size": 1,
-        "on_device_sampling_config": {"dynamic": True, "deterministic": False},
-    },
-}
+# A vLLM-ready NxDI build: `serving: vllm` compiles it the way vllm-neuron loads precompiled
+# artifacts (continuous batching, context batch 1, vllm-neuron's on-device sampling).
+VLLM_READY_OPTIONS: dict[str, Any] = {"logical_nc_config": 1, "serving": "vllm"}
 
 
 @contextlib.contextmanager
