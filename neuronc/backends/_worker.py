@@ -44,6 +44,23 @@ class WorkerExit:
     seconds: float
 
 
+# How often a running worker is checked for exit (os.wait4 has no timeout to block with).
+_REAP_INTERVAL = 0.05
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> int | None:
+    """The worker's exit code if it has ended (reaped here with its own rusage: its peak memory is
+    recorded for the stage that ran it), else None."""
+    from neuronc.resources import record_worker_peak
+
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    record_worker_peak(usage.ru_maxrss)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode
+
+
 class Workers:
     """Runs worker processes and remembers the live ones, so that they can be stopped together."""
 
@@ -73,15 +90,15 @@ class Workers:
         with self._lock:
             self._procs.add(proc)
         try:
+            next_poll = time.monotonic() + poll_seconds
             while True:
-                try:
-                    code: int | None = proc.wait(timeout=poll_seconds if poll is not None else None)
-                except subprocess.TimeoutExpired:
-                    code = None
-                if poll is not None:
+                code = _reap(proc)
+                if poll is not None and (code is not None or time.monotonic() >= next_poll):
                     poll()
+                    next_poll = time.monotonic() + poll_seconds
                 if code is not None:
                     break
+                time.sleep(_REAP_INTERVAL)
         except BaseException:
             proc.kill()
             proc.wait()

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from neuronc.pipeline.report import BuildReport, StageReport
 from neuronc.progress import ProgressSink
-from neuronc.resources import children_peak_rss_bytes, peak_rss_bytes, reset_peak_rss
+from neuronc.resources import peak_rss_bytes, reset_peak_rss, worker_peak_since, worker_peaks_mark
 
 
 class StageClock:
@@ -25,7 +25,7 @@ class StageClock:
         only stages whose children are fresh interpreters, like parallel graph compiles, ask)."""
         task = None if quiet else self._progress.task(f"{self._prefix}{description}")
         reset_peak_rss()
-        children_before = children_peak_rss_bytes() if children else None
+        mark = worker_peaks_mark()
         start = time.perf_counter()
         ok = False
         try:
@@ -33,14 +33,12 @@ class StageClock:
             ok = True
         finally:
             seconds = time.perf_counter() - start
-            children_after = children_peak_rss_bytes() if children else None
-            grew = children_after is not None and children_after > (children_before or 0)
             self._report.stages.append(
                 StageReport(
                     name=name,
                     seconds=seconds,
                     peak_rss_bytes=peak_rss_bytes(),
-                    children_peak_rss_bytes=children_after if grew else None,
+                    children_peak_rss_bytes=worker_peak_since(mark) if children else None,
                 )
             )
             if task is not None:
