@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +36,20 @@ class Demo:
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "NEURONC_STORE": str(self.store), "NEURONC_GRAPH_CACHE": str(self.graph_cache)}
+
+    def run_json(self, prompt: str, *args: str) -> dict[str, Any]:
+        """`neuronc run BUNDLE --prompt PROMPT ARGS --json` in a fresh process: its JSON result."""
+        result = subprocess.run(
+            [sys.executable, "-m", "neuronc", "run", str(self.bundle), "--prompt", prompt, *args, "--json"],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            check=False,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        data: dict[str, Any] = json.loads(result.stdout)
+        return data
 
 
 def compile_demo(root: Path) -> Demo:

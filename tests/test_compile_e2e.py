@@ -103,16 +103,7 @@ def test_run_gives_exactly_the_hugging_face_greedy_tokens(demo: Demo) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    result = subprocess.run(
-        [sys.executable, "-m", "neuronc", "run", str(demo.bundle), "--prompt", PROMPT, "-n", "24", "--json"],
-        capture_output=True,
-        text=True,
-        env=demo.env(),
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    ran = json.loads(result.stdout)
+    ran = demo.run_json(PROMPT, "-n", "24")
 
     model_dir = demo.root / "models" / "tiny-llama"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -83,16 +83,7 @@ def test_quickstart_writes_english_and_the_untrained_model_does_not(demo: Demo, 
 
     trainer = _trainer()
     vocabulary = trainer.corpus_words()
-    result = subprocess.run(
-        [sys.executable, "-m", "neuronc", "run", str(demo.bundle), "--prompt", PROMPT, "--json"],
-        capture_output=True,
-        text=True,
-        env=demo.env(),
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    ran = json.loads(result.stdout)
+    ran = demo.run_json(PROMPT)
     count, english = _english(ran["text"], vocabulary)
     assert ran["generated_tokens"] == 32 and count >= 16, ran["text"]
     assert english >= 0.8, ran["text"]
