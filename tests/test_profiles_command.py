@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from test_startup import HEAVY, _imported_modules
+from test_tables import unbroken, words_of
 from typer.testing import CliRunner
 
 from neuronc.cli import app
@@ -100,6 +101,8 @@ def test_list_table_never_breaks_a_name(runner: CliRunner, monkeypatch: pytest.M
     assert all(len(line) <= int(columns) for line in lines)
     for name in SHIPPED:
         assert any(line.split()[:1] == [name] for line in lines), name
+    descriptions = [p.description for p in shipped_profiles()]
+    assert unbroken(result.stdout, words_of(descriptions), int(columns)) == []
 
 
 def test_show_prints_the_yaml_as_shipped(runner: CliRunner) -> None:
@@ -155,7 +158,7 @@ def test_copy_refuses_to_overwrite_without_force(runner: CliRunner, tmp_path: Pa
     edited.write_text("{}\n")
     result = runner.invoke(app, ["profiles", "copy", "tiny-llama-cpu", str(tmp_path)])
     assert result.exit_code == 2
-    assert "not overwriting 7 existing file(s)" in result.stderr and "--force" in result.stderr
+    assert "not overwriting 7 existing files" in result.stderr and "--force" in result.stderr
     assert edited.read_text() == "{}\n"
     result = runner.invoke(app, ["profiles", "copy", "tiny-llama-cpu", str(tmp_path), "--force"])
     assert result.exit_code == 0, result.output

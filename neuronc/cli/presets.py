@@ -27,7 +27,7 @@ NameArg = Annotated[str, typer.Argument(help="Profile name, as `neuronc profiles
 
 @command(profiles_app, name="list", epilog="Example: neuronc profiles list --json | jq -r '.profiles[].name'")
 def list_command(json_out: JsonOpt = False) -> None:
-    """List the shipped profiles: name and description (--json adds backend, target, model)."""
+    """List the shipped profiles: name, description, backend and target (--json adds the model)."""
     from neuronc.data import shipped_profiles
 
     out.configure(json_mode=json_out)
@@ -35,16 +35,12 @@ def list_command(json_out: JsonOpt = False) -> None:
     data = {"profiles": [p.to_json() for p in profiles]}
 
     def render() -> None:
-        from rich.table import Table
-        from rich.text import Text
-
-        # Names never wrap (they are what `show` and `copy` take); descriptions wrap between words.
-        table = Table(show_edge=False, pad_edge=False)
-        table.add_column("name", no_wrap=True)
-        table.add_column("description", overflow="fold")
-        for p in profiles:
-            table.add_row(Text(p.name), Text(p.description))
-        out.print(table)
+        # Backend and target give way first on a narrow terminal (names never break; see out.table).
+        out.table(
+            ["name", "description", "backend", "target"],
+            [[p.name, p.description, p.backend, p.target] for p in profiles],
+            optional=["target", "backend"],
+        )
 
     out.result(data, render)
 
@@ -81,7 +77,9 @@ def copy_command(
     copied = copy_profile(name, dest, force=force)
 
     def render() -> None:
-        extra = f" and {copied.model_dir} ({len(copied.files) - 1} files)" if copied.model_dir else ""
+        from neuronc.fsutil import plural
+
+        extra = f" and {copied.model_dir} ({plural(len(copied.files) - 1, 'file')})" if copied.model_dir else ""
         out.success(f"wrote {copied.profile}{extra}")
         out.info(f"next: neuronc validate {copied.profile} · neuronc compile {copied.profile}")
 

@@ -5,14 +5,12 @@ checkout) can run the quickstart. In a checkout, ``profiles/`` at the repository
 ``neuronc/data/profiles``: one copy of each file. The files are read through ``importlib.resources``
 (not ``__file__``), which is what finds package data wherever and however the package is installed.
 
-Light on purpose: YAML and the standard library only, so that the ``profiles`` commands start fast.
+Light on purpose (YAML, the standard library, neuronc.fsutil), so that the ``profiles`` commands start fast.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -20,6 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from neuronc.errors import InvalidInputError
+from neuronc.fsutil import atomic_write_bytes, plural
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
@@ -128,11 +127,11 @@ def copy_profile(name: str, dest: Path | None = None, *, force: bool = False) ->
     existing = [str(path) for _, path in plan if path.exists()]
     if existing and not force:
         raise InvalidInputError(
-            f"not overwriting {len(existing)} existing file(s): {', '.join(existing)}",
+            f"not overwriting {plural(len(existing), 'existing file')}: {', '.join(existing)}",
             hint="pass --force to overwrite them, or copy somewhere else (neuronc profiles copy NAME DIR)",
         )
     for source_entry, path in plan:
-        _write_atomic(path, source_entry.read_bytes())
+        atomic_write_bytes(path, source_entry.read_bytes())
     return CopiedProfile(profile=target, model_dir=model_dir, files=[path for _, path in plan])
 
 
@@ -172,15 +171,3 @@ def _walk(entry: Traversable, rel: PurePosixPath) -> list[tuple[PurePosixPath, T
         else:
             found.append((rel / child.name, child))
     return found
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
