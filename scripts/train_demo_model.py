@@ -302,7 +302,7 @@ def check_with_transformers(out_dir: Path, weights: dict[str, Any], tokens: Any)
     import torch
     from transformers import AutoModelForCausalLM
 
-    reference = AutoModelForCausalLM.from_pretrained(out_dir, torch_dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.float32).eval()
     ids = torch.cat((torch.tensor([BOS_ID]), tokens[: WINDOW - 1]))[None]
     with torch.inference_mode():
         ours = TinyLlama({k: v.detach() for k, v in weights.items()})(ids)
