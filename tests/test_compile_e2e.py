@@ -8,57 +8,20 @@ bucket recompiles only that graph, and that `neuronc run` gives exactly Hugging 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _demo import Demo
 
 from neuronc.bundle import read_manifest, verify_bundle
-from neuronc.pipeline import BuildReport, compile_profiles
+from neuronc.pipeline import compile_profiles
 from neuronc.store import Store
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "The quick brown fox"
-
-
-@dataclass
-class Demo:
-    root: Path
-    profile: Path
-    store: Path
-    graph_cache: Path
-    report: BuildReport
-
-    @property
-    def bundle(self) -> Path:
-        return Path(self.report.bundle or "")
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "NEURONC_STORE": str(self.store), "NEURONC_GRAPH_CACHE": str(self.graph_cache)}
-
-
-@pytest.fixture(scope="session")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    """The demo profile and model copied aside, compiled once into a private store and graph cache."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("demo")
-    shutil.copytree(ROOT / "profiles" / "models" / "tiny-llama", root / "models" / "tiny-llama")
-    profile = root / "tiny-llama-cpu.yaml"
-    shutil.copy(ROOT / "profiles" / "tiny-llama-cpu.yaml", profile)
-    store, graph_cache = root / "store", root / "graphs"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NEURONC_GRAPH_CACHE", str(graph_cache))
-        [report] = compile_profiles([profile], store=store, jobs=2)
-    assert report.status == "built", report.error
-    yield Demo(root, profile, store, graph_cache, report)
 
 
 @pytest.fixture
@@ -140,16 +103,7 @@ def test_run_gives_exactly_the_hugging_face_greedy_tokens(demo: Demo) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    result = subprocess.run(
-        [sys.executable, "-m", "neuronc", "run", str(demo.bundle), "--prompt", PROMPT, "-n", "24", "--json"],
-        capture_output=True,
-        text=True,
-        env=demo.env(),
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    ran = json.loads(result.stdout)
+    ran = demo.run_json(PROMPT, "-n", "24")
 
     model_dir = demo.root / "models" / "tiny-llama"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

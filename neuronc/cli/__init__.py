@@ -18,6 +18,7 @@ from neuronc.cli._app import app
 # Command modules register themselves on `app` when imported; the order here is the order in --help.
 _COMMAND_MODULES = (
     "profiles",
+    "presets",
     "backends",
     "compile",
     "inspect",
