@@ -178,9 +178,9 @@ def toolchain_label(backend: str, versions: Mapping[str, str | None]) -> str:
     backend names (``toolchain_package``). Lookups match on the key suffix only, so the readable
     part may differ between hosts without the backend installed.
     """
-    from neuronc.backends import backend_names, get_backend
+    from neuronc.backends import get_backend, is_registered
 
-    main = get_backend(backend).toolchain_package if backend in backend_names() else None
+    main = get_backend(backend).toolchain_package if is_registered(backend) else None
     version = versions.get(main) if main else None
     label = f"{backend}-{main}{version}" if version and main else backend
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in label)

@@ -63,9 +63,9 @@ def inspect_command(
 
 def _backend_snippet(backend: str, bundle: Path) -> str | None:
     """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
-    from neuronc.backends import backend_names, get_backend
+    from neuronc.backends import get_backend, is_registered
 
-    if backend not in backend_names():
+    if not is_registered(backend):
         return None
     return get_backend(backend).load_snippet(str(bundle.absolute()))
 

@@ -142,7 +142,7 @@ def _build_one(
     problems: list[str],
     warnings: list[str],
 ) -> BuildSpec | None:
-    from neuronc.backends import backend_names, get_backend, unknown_backend_message
+    from neuronc.backends import get_backend, is_registered, unknown_backend_message
 
     filename = tree.filename
     raw = apply_combo(data, combo)
@@ -169,7 +169,7 @@ def _build_one(
     name = view.get(("backend",), str)
     if name is None:
         return None
-    if name not in backend_names():
+    if not is_registered(name):
         message, hint = unknown_backend_message(name)
         problem(("backend",), f"{message} ({hint})")
         return None
