@@ -7,6 +7,7 @@ by bench/startup and guarded by tests/test_startup.py.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Annotated
 
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")
+    # pydantic looks for its plugins in every installed distribution's entry points on first use
+    # (about 15 ms); the command line uses none. A caller that wants them sets the variable itself.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     app(args=argv, prog_name="neuronc")
 
 

@@ -9,6 +9,7 @@ imports neither fsspec nor a cloud client: a remote store loads them on its firs
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from neuronc.bundle._publish import Published, PublishHook, PublishStatus
 from neuronc.errors import InvalidInputError
@@ -25,7 +26,6 @@ from neuronc.store._records import (
     StoreEntry,
     Verified,
 )
-from neuronc.store._remote_io import RemoteSettings
 from neuronc.store._remote_url import (
     OBJECTS_DIR,
     StoreURL,
@@ -36,7 +36,28 @@ from neuronc.store._remote_url import (
     split_bundle_url,
 )
 from neuronc.store.local import STORE_ENV, LocalStore, Store, default_store_path, model_slug
-from neuronc.store.remote import DEFAULT_GC_GRACE_SECONDS, RemoteStore, UploadResult
+
+if TYPE_CHECKING:
+    from neuronc.store._remote_io import RemoteSettings
+    from neuronc.store.remote import DEFAULT_GC_GRACE_SECONDS, RemoteStore, UploadResult
+
+# The remote store's modules (asyncio, thread pools, fsspec on first use) load only when a remote
+# name is asked for: a local store hit never imports them.
+_REMOTE_NAMES = {
+    "RemoteStore": "neuronc.store.remote",
+    "UploadResult": "neuronc.store.remote",
+    "DEFAULT_GC_GRACE_SECONDS": "neuronc.store.remote",
+    "RemoteSettings": "neuronc.store._remote_io",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _REMOTE_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'neuronc.store' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 def open_store(
@@ -50,6 +71,8 @@ def open_store(
         return location
     text = "" if location is None else os.fspath(location)
     if is_remote(text):
+        from neuronc.store.remote import RemoteStore
+
         return RemoteStore(text, cache_dir=cache_dir)
     if "://" in text and not text.startswith("file://"):
         msg = f"--store {text}: unsupported scheme"
@@ -59,6 +82,8 @@ def open_store(
 
 def verify_url(url: str, *, jobs: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Verified:
     """Verify one stored bundle named by its URL (``<store>/<model>/<toolchain>/<hash>``, as `store list` prints)."""
+    from neuronc.store.remote import RemoteStore
+
     store_url, rel = split_bundle_url(url)
     store = RemoteStore(store_url, cache_dir=cache_dir)
     [checked] = store.verify(rel, jobs=jobs)

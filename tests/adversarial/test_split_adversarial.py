@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,32 +190,6 @@ def test_check_library_reports_the_same_problems(split_dir: Path, tmp_path: Path
 
 
 # -- full disk --------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
-    """Mount small tmpfs file systems under tmp_path (unmounted afterwards); skip where mounting is not allowed."""
-    mounted: list[Path] = []
-
-    def mount(size: int, inodes: int | None = None, read_only: bool = False) -> Path:
-        point = tmp_path / f"fs{len(mounted)}"
-        point.mkdir()
-        options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "") + (",ro" if read_only else "")
-        try:
-            proc = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True, text=True
-            )
-        except FileNotFoundError:
-            pytest.skip("full-disk cases need a small tmpfs, and there is no mount command here")
-        if proc.returncode != 0:
-            reason = (proc.stderr or proc.stdout).strip().splitlines()
-            pytest.skip(f"full-disk cases need a small tmpfs; mounting one is not permitted here: {reason[-1:]}")
-        mounted.append(point)
-        return point
-
-    yield mount
-    for point in reversed(mounted):
-        subprocess.run(["umount", "-l", str(point)], check=False)
 
 
 @pytest.fixture(scope="module")

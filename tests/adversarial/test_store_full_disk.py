@@ -8,11 +8,9 @@ bundle in its cache, and the CLI.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,22 +19,6 @@ from plugins.fake_backend import build_bundle, make_spec
 from neuronc.errors import DiskFullError
 
 SIZE = "1m"
-
-
-@pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"mount -t tmpfs is not permitted here: {done.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def _leftovers(root: Path) -> list[str]:
