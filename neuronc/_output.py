@@ -23,8 +23,18 @@ if TYPE_CHECKING:
 
 
 def to_json_text(data: Any) -> str:
-    """Serialise command output: stable key order as given, two-space indent, trailing newline."""
-    return json.dumps(data, indent=2, default=_json_default, ensure_ascii=False) + "\n"
+    """Serialise command output: stable key order as given, two-space indent, trailing newline.
+
+    Always valid UTF-8: a file name with bytes that are not UTF-8 reaches Python as lone
+    surrogates (PEP 383); then the whole document is written with ASCII escapes (``\\udcff``), which
+    any JSON parser reads back to the same string.
+    """
+    text = json.dumps(data, indent=2, default=_json_default, ensure_ascii=False) + "\n"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(data, indent=2, default=_json_default, ensure_ascii=True) + "\n"
+    return text
 
 
 def _json_default(value: Any) -> Any:
@@ -43,11 +53,15 @@ class Output:
 
     def __init__(self) -> None:
         self.json_mode = False
+        # --wide: tables at their natural width, whatever the terminal's.
+        self.wide = bool(os.environ.get("NEURONC_WIDE"))
         self._stdout: Console | None = None
         self._stderr: Console | None = None
 
-    def configure(self, *, json_mode: bool) -> None:
+    def configure(self, *, json_mode: bool, wide: bool | None = None) -> None:
         self.json_mode = json_mode
+        if wide:
+            self.wide = True
 
     @property
     def stdout(self) -> Console:
@@ -55,8 +69,9 @@ class Output:
             from rich.console import Console
 
             # No `file=`: Rich then writes to whatever sys.stdout is at print time, so test
-            # runners that swap the streams between invocations keep working.
-            self._stdout = Console(highlight=False, soft_wrap=True)
+            # runners that swap the streams between invocations keep working. Text wraps at
+            # spaces to the terminal's width (code is printed with ``code()``, never wrapped).
+            self._stdout = Console(highlight=False)
         return self._stdout
 
     @property
@@ -68,10 +83,15 @@ class Output:
         return self._stderr
 
     def reset(self) -> None:
-        """Forget consoles (tests swap sys.stdout between invocations)."""
+        """Forget consoles and per-command settings (tests run many commands in one process)."""
         self._stdout = None
         self._stderr = None
+        self.end_command()
+
+    def end_command(self) -> None:
+        """Back to the defaults after a command (``--json`` and ``--wide`` are per command)."""
         self.json_mode = False
+        self.wide = bool(os.environ.get("NEURONC_WIDE"))
 
     # -- data ---------------------------------------------------------------------------------
     def result(self, data: Any, render: Callable[[], None] | None = None) -> None:
@@ -83,9 +103,14 @@ class Output:
             render()
 
     def print(self, *renderables: Any) -> None:
-        """Print human output to stdout (ignored in --json mode)."""
+        """Print human output to stdout, wrapped at spaces to the terminal (ignored in --json mode)."""
         if not self.json_mode:
             self.stdout.print(*renderables)
+
+    def code(self, text: str) -> None:
+        """Print lines to copy and paste (a load snippet) as they are: never wrapped or marked up."""
+        if not self.json_mode:
+            self.stdout.print(text, markup=False, soft_wrap=True)
 
     def table(
         self,
@@ -94,19 +119,51 @@ class Output:
         *,
         title: str | None = None,
         justify: Mapping[str, str] | None = None,
+        optional: Sequence[str] = (),
     ) -> None:
-        """Print a table for people (stdout)."""
+        """Print a table for people (stdout), readable at any terminal width with no word broken.
+
+        The full table when it fits (or with ``--wide``); otherwise the ``optional`` columns are
+        dropped, least important last in the list first, and words wrap at spaces; when even that
+        does not fit, each row is printed as a block of ``column: value`` lines.
+        """
+        if self.json_mode:
+            return
+        cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+        width = self.stdout.width
+        layout = plan_table(list(columns), cells, width, optional=optional, wide=self.wide)
+        if layout is None:
+            self._stacked(list(columns), cells, title)
+            return
         from rich.table import Table
         from rich.text import Text
 
+        keep, widths = layout
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-        for column in columns:
-            j = (justify or {}).get(column, "left")
-            table.add_column(column, justify=j, overflow="fold")  # type: ignore[arg-type]
-        for row in rows:
+        for index, column_width in zip(keep, widths, strict=True):
+            name = columns[index]
+            j = (justify or {}).get(name, "left")
+            table.add_column(name, justify=j, overflow="fold", width=column_width)  # type: ignore[arg-type]
+        for row in cells:
             # Cells are data (model ids, paths, values): plain Text, never parsed as Rich markup.
-            table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
-        self.print(table)
+            table.add_row(*(Text(row[i]) for i in keep))
+        if self.wide:
+            self.stdout.print(table, width=max(width, sum(widths) + _TABLE_GAP * len(widths)))
+        else:
+            self.stdout.print(table)
+
+    def _stacked(self, columns: list[str], cells: list[list[str]], title: str | None) -> None:
+        """Each row as a block: the first cell as a heading, then ``column: value`` lines."""
+        from rich.text import Text
+
+        if title:
+            self.stdout.print(Text(title))
+        for row in cells:
+            self.stdout.print(Text(row[0] if row else "", style="bold"))
+            for name, value in zip(columns[1:], row[1:], strict=False):
+                if value:
+                    # Wrapped at spaces to the terminal's width, continuation lines indented.
+                    self.stdout.print(Text(f"  {name}: {value}"))
 
     # -- messages (stderr) --------------------------------------------------------------------
     def info(self, text: str) -> None:
@@ -118,13 +175,17 @@ class Output:
     def warning(self, text: str) -> None:
         self.stderr.print(f"[yellow]warning:[/yellow] {_escape(text)}")
 
-    def error(self, exc: NeuroncError) -> None:
-        """Report a NeuroncError: message, details and hint on stderr; JSON on stdout in --json mode."""
-        self.stderr.print(f"[bold red]error:[/bold red] {_escape(exc.message)}")
+    def explain(self, exc: NeuroncError, *, prefix: str = "") -> None:
+        """A NeuroncError for people, on stderr: message, details (a log tail, every problem), hint."""
+        self.stderr.print(f"[bold red]error:[/bold red] {_escape(prefix + exc.message)}")
         for line in exc.details:
             self.stderr.print(f"  {_escape(line)}")
         if exc.hint:
             self.stderr.print(f"[cyan]hint:[/cyan] {_escape(exc.hint)}")
+
+    def error(self, exc: NeuroncError) -> None:
+        """Report a NeuroncError: message, details and hint on stderr; JSON on stdout in --json mode."""
+        self.explain(exc)
         if self.json_mode:
             sys.stdout.write(to_json_text(exc.to_json()))
             sys.stdout.flush()
@@ -147,6 +208,52 @@ class Output:
         )
         with Progress(*columns, console=self.stderr, transient=False) as bars:
             yield _RichSink(bars)
+
+
+# Between two columns: one space of padding on each side and the separator.
+_TABLE_GAP = 3
+
+
+def _words(text: str) -> list[str]:
+    return text.split() or [""]
+
+
+def plan_table(
+    columns: list[str], cells: list[list[str]], width: int, *, optional: Sequence[str] = (), wide: bool = False
+) -> tuple[list[int], list[int]] | None:
+    """Which columns to show and how wide, so that no word is broken; None: print rows stacked.
+
+    A column needs at least its longest word (header included) and wants its longest line. The
+    full table is used when every column gets what it wants (or ``wide``); else optional columns
+    are dropped (last listed first) until the minimums fit, and the space left is shared out in
+    proportion to what each column still wants.
+    """
+    from rich.cells import cell_len
+
+    def texts(i: int) -> list[str]:
+        return [columns[i]] + [row[i] if i < len(row) else "" for row in cells]
+
+    natural = [max(cell_len(line) for t in texts(i) for line in t.splitlines() or [""]) for i in range(len(columns))]
+    minimum = [max(cell_len(w) for t in texts(i) for w in _words(t)) for i in range(len(columns))]
+    keep = list(range(len(columns)))
+
+    def cost(widths: Sequence[int]) -> int:
+        return sum(widths) + _TABLE_GAP * (len(widths) - 1)
+
+    if wide or cost([natural[i] for i in keep]) <= width:
+        return keep, [natural[i] for i in keep]
+    droppable = [columns.index(name) for name in reversed(optional) if name in columns]
+    while cost([minimum[i] for i in keep]) > width and droppable:
+        keep.remove(droppable.pop(0))
+    if cost([natural[i] for i in keep]) <= width:
+        return keep, [natural[i] for i in keep]
+    if cost([minimum[i] for i in keep]) > width:
+        return None
+    spare = width - cost([minimum[i] for i in keep])
+    wants = [natural[i] - minimum[i] for i in keep]
+    total_want = sum(wants) or 1
+    widths = [minimum[i] + (spare * want) // total_want for i, want in zip(keep, wants, strict=True)]
+    return keep, widths
 
 
 def _amount_column() -> Any:

@@ -212,6 +212,14 @@ def is_disk_full(exc: BaseException) -> bool:
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in _DISK_FULL_ERRNOS:
             return True
+        # shutil.copytree gathers its copy errors into one shutil.Error (an OSError without errno)
+        # whose message lists each "[Errno 28] No space left on device".
+        if (
+            isinstance(seen, OSError)
+            and seen.errno is None
+            and any(f"[Errno {n}]" in str(seen) for n in _DISK_FULL_ERRNOS)
+        ):
+            return True
         seen = seen.__cause__ or seen.__context__
     return False
 
@@ -221,3 +229,12 @@ def short_reason(exc: BaseException, limit: int = 200) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def safe_text(value: object, limit: int = 200) -> str:
+    """A value from a file (a name, a path) made safe to show in a one-line message: no control
+    characters or lone surrogates (they would break the terminal or a UTF-8 ``--json`` document),
+    bounded length."""
+    text = str(value)
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text[: limit * 2])
+    return text if len(text) <= limit else text[: limit - 1] + "…"

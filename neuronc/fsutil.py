@@ -132,14 +132,20 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def format_bytes(value: int | float | None) -> str:
-    """Bytes for people, in binary units with one decimal: ``512 B``, ``1.5 KiB``, ``2.0 GiB``; ``?`` if unknown."""
+def format_bytes(value: int | float | None, *, unit: str | None = None) -> str:
+    """Bytes for people, in binary units with one decimal: ``512 B``, ``1.5 KiB``, ``2.0 GiB``; ``?`` if unknown.
+
+    ``unit`` fixes the unit (``"GiB"``, ``"MiB"``) where numbers are compared side by side.
+    """
     if value is None:
         return "?"
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
     amount = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(amount) < 1024 or unit == "TiB":
-            return f"{int(amount)} B" if unit == "B" else f"{amount:.1f} {unit}"
+    if unit is not None:
+        return f"{amount / 1024 ** units.index(unit):.1f} {unit}"
+    for name in units:
+        if abs(amount) < 1024 or name == "TiB":
+            return f"{int(amount)} B" if name == "B" else f"{amount:.1f} {name}"
         amount /= 1024
     raise AssertionError("unreachable")
 

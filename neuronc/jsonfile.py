@@ -46,6 +46,17 @@ def _parse_constant(name: str) -> float:
     raise ValueError(msg)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            shown = key if len(key) <= 60 and key.isprintable() else ascii(key[:60])
+            msg = f"duplicate key '{shown}'"
+            raise ValueError(msg)
+        result[key] = value
+    return result
+
+
 def depth_of(value: Any, limit: int) -> int:
     """Nesting depth of parsed JSON (iterative, stops counting past ``limit``)."""
     deepest = 0
@@ -70,12 +81,14 @@ def parse_json(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
     allow_nan: bool = False,
+    unique_keys: bool = False,
 ) -> Any:
     """Parse a JSON document, refusing what no honest file of ours contains.
 
     Raises InvalidJsonError (exit 2) naming ``where`` for: more than ``max_bytes``, invalid UTF-8
     or JSON, nesting deeper than ``max_depth``, integers beyond 64 bits, NaN/Infinity (unless
-    ``allow_nan``).
+    ``allow_nan``), and with ``unique_keys`` an object that names a key twice (which readers
+    would otherwise resolve silently, each its own way).
     """
     if len(raw) > max_bytes:
         raise InvalidJsonError(f"{where}: {len(raw)} bytes of JSON; the limit is {max_bytes}")
@@ -83,12 +96,14 @@ def parse_json(
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
         raise InvalidJsonError(f"{where}: not UTF-8 (byte {exc.start})") from None
-    # The hooks cost a Python call per number: only a document with a run of more than
+    # The int hook costs a Python call per number: only a document with a run of more than
     # MAX_INT_DIGITS digits somewhere can hold an integer that needs the check.
     encoded = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
     kwargs: dict[str, Any] = {"parse_int": _parse_int} if _LONG_RUN in encoded.translate(_DIGITS_ONLY) else {}
     if not allow_nan:
         kwargs["parse_constant"] = _parse_constant
+    if unique_keys:
+        kwargs["object_pairs_hook"] = _unique_keys
     try:
         value = json.loads(text, **kwargs)
     except RecursionError:

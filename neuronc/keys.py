@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,10 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
-# Flags that libneuronxla's cache wrapper consumes and that do not reach the compiler: they change
-# where artifacts are cached, not what is compiled (reference/neuron-apis.md §3.4).
-_CACHE_ONLY_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
-NEURON_BACKENDS = frozenset({"nxdi", "optimum-neuron", "transformers-neuronx", "torch-neuronx"})
 HASHED_FIELDS = (
     "model.identity",
     "model.task",
@@ -53,23 +48,23 @@ def sha256_text(text: str) -> str:
 
 
 def effective_compiler_flags(spec: BuildSpec, environ: Mapping[str, str] | None = None) -> list[str]:
-    """Profile flags plus NEURON_CC_FLAGS (Neuron backends read it), minus cache-location flags."""
-    env = os.environ if environ is None else environ
-    flags = list(spec.compiler_flags)
-    if spec.backend in NEURON_BACKENDS and env.get("NEURON_CC_FLAGS"):
-        flags += shlex.split(env["NEURON_CC_FLAGS"])
-    return [f for f in flags if not f.startswith(_CACHE_ONLY_FLAGS)]
+    """The compiler flags that reach the compiler, as the backend applies them (cache-location flags aside).
+
+    The profile's ``compiler.flags`` count where the backend passes them on; ``NEURON_CC_FLAGS``
+    from the environment counts where the backend's compiler reads it. A flag nothing applies is
+    not hashed (it would make two identical builds look different).
+    """
+    from neuronc.backends import get_backend
+    from neuronc.backends.base import applied_compiler_flags
+
+    mode = get_backend(spec.backend).compiler_flags_mode
+    return applied_compiler_flags(mode, spec.compiler_flags, os.environ if environ is None else environ)
 
 
-def model_identity(
-    spec: BuildSpec, *, resolved_revision: str | None = None, base_dir: Path | None = None
-) -> dict[str, Any]:
+def model_identity(spec: BuildSpec, *, model_dir: Path | None, resolved_revision: str | None) -> dict[str, Any]:
     """Hub id + revision, or for a local directory a fingerprint of config.json and checkpoint headers."""
-    from neuronc.model.files import local_model_dir
-
-    directory = local_model_dir(spec.model.id, base_dir)
-    if directory is not None:
-        return {"local_fingerprint": local_checkpoint_fingerprint(directory)}
+    if model_dir is not None:
+        return {"local_fingerprint": local_checkpoint_fingerprint(model_dir)}
     return {"hub_id": spec.model.id, "revision": resolved_revision or spec.model.revision}
 
 
@@ -148,15 +143,27 @@ def config_key(
     spec: BuildSpec,
     *,
     resolved_revision: str | None = None,
-    base_dir: Path | None = None,
+    model_dir: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ConfigKey:
-    """Compute a build's config hash (full 64 hex digits) and keep the hashed inputs."""
-    if base_dir is None and spec.profile_path:
-        base_dir = Path(spec.profile_path).parent
-    identity = model_identity(spec, resolved_revision=resolved_revision, base_dir=base_dir)
+    """Compute a build's config hash (full 64 hex digits) and keep the hashed inputs.
+
+    ``model_dir`` is the model's local directory when the pipeline has resolved it; otherwise it is
+    looked up from the profile (relative to the profile's directory, then the working directory).
+    """
+    if model_dir is None:
+        model_dir = spec_model_dir(spec)
+    identity = model_identity(spec, model_dir=model_dir, resolved_revision=resolved_revision)
     inputs = hashed_inputs(spec, identity, environ)
     return ConfigKey(hash=sha256_text(canonical_json(inputs)), inputs=inputs)
+
+
+def spec_model_dir(spec: BuildSpec) -> Path | None:
+    """The build's model as a local directory, if it is one (relative paths start at the profile)."""
+    from neuronc.model.files import local_model_dir
+
+    base_dir = Path(spec.profile_path).parent if spec.profile_path else None
+    return local_model_dir(spec.model.id, base_dir)
 
 
 def toolchain_key(versions: Mapping[str, str | None]) -> str:
@@ -165,14 +172,15 @@ def toolchain_key(versions: Mapping[str, str | None]) -> str:
 
 
 def toolchain_label(backend: str, versions: Mapping[str, str | None]) -> str:
-    """A short, human-readable name for a toolchain (store directory names); not an identity."""
-    main = {
-        "inductor": "torch",
-        "nxdi": "neuronx-distributed-inference",
-        "optimum-neuron": "optimum-neuron",
-        "transformers-neuronx": "transformers-neuronx",
-        "torch-neuronx": "torch-neuronx",
-    }.get(backend)
+    """A short, human-readable name for a toolchain (store directory names); not an identity.
+
+    ``<backend>-<main package><version>-<toolchain key[:8]>``; the main package is the one the
+    backend names (``toolchain_package``). Lookups match on the key suffix only, so the readable
+    part may differ between hosts without the backend installed.
+    """
+    from neuronc.backends import get_backend, is_registered
+
+    main = get_backend(backend).toolchain_package if is_registered(backend) else None
     version = versions.get(main) if main else None
     label = f"{backend}-{main}{version}" if version and main else backend
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in label)

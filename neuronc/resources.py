@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -53,6 +54,32 @@ def peak_rss_bytes() -> int | None:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * _RUSAGE_SCALE
 
 
+# Peak resident set of each worker process as it ended (recorded by the worker runner from
+# os.wait4's rusage, which is per child): a stage reads the peaks of the workers that ended
+# during it. RUSAGE_CHILDREN cannot say this: it is the maximum over the process's whole life.
+_worker_peaks: list[int] = []
+_worker_peaks_lock = threading.Lock()
+
+
+def record_worker_peak(rusage_maxrss: int) -> None:
+    """Record an ended worker's peak (``ru_maxrss`` as the OS reports it)."""
+    with _worker_peaks_lock:
+        _worker_peaks.append(int(rusage_maxrss) * _RUSAGE_SCALE)
+
+
+def worker_peaks_mark() -> int:
+    """A mark to pass to ``worker_peak_since`` (the number of worker peaks recorded so far)."""
+    with _worker_peaks_lock:
+        return len(_worker_peaks)
+
+
+def worker_peak_since(mark: int) -> int | None:
+    """The largest peak of the workers that ended since ``mark`` (None if none did)."""
+    with _worker_peaks_lock:
+        recent = _worker_peaks[mark:]
+    return max(recent) if recent else None
+
+
 def children_peak_rss_bytes() -> int | None:
     """The largest peak resident set of any waited-for child process (None if none or unknown)."""
     try:
@@ -63,4 +90,13 @@ def children_peak_rss_bytes() -> int | None:
     return value * _RUSAGE_SCALE if value else None
 
 
-__all__ = ["available_cpus", "children_peak_rss_bytes", "default_jobs", "peak_rss_bytes", "reset_peak_rss"]
+__all__ = [
+    "available_cpus",
+    "children_peak_rss_bytes",
+    "default_jobs",
+    "peak_rss_bytes",
+    "record_worker_peak",
+    "reset_peak_rss",
+    "worker_peak_since",
+    "worker_peaks_mark",
+]

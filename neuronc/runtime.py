@@ -1,7 +1,7 @@
 """Load a bundle to run it, whatever backend built it: ``load(bundle_dir).generate(...)``.
 
-Only backends with a runtime on this machine can load (today: ``inductor``, on CPU). Importing this
-module is cheap; torch is imported by the backend's loader.
+Only backends with a runtime on this machine can load (``Backend.can_run``; today ``inductor``, on
+CPU). Importing this module is cheap; torch is imported by the backend's loader.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
         from neuronc.bundle import read_manifest
 
         return str(read_manifest(root).backend)
-    from neuronc.backends.inductor import INDEX_NAME
+    from neuronc.backends._inductor_format import INDEX_NAME
 
     if (root / "artifacts" / INDEX_NAME).is_file():
         return "inductor"
@@ -37,8 +37,7 @@ def load(bundle_dir: str | os.PathLike[str]) -> Any:
 
     name = bundle_backend(bundle_dir)
     backend = get_backend(name)
-    loader = getattr(backend, "load", None)
-    if loader is None:
+    if not backend.can_run:
         msg = f"bundles of backend '{name}' cannot run here: neuronc has no runtime for them"
         raise BackendUnavailableError(
             msg, hint="run it on its target with the backend's own runtime (see `neuronc inspect`)"
@@ -48,4 +47,4 @@ def load(bundle_dir: str | os.PathLike[str]) -> Any:
         raise BackendUnavailableError(
             f"backend '{name}' is not available: {availability.reason}", hint=availability.install_hint
         )
-    return loader(bundle_dir)
+    return backend.load(bundle_dir)

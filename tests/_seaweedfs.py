@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-STOP_WAIT_SECONDS = 5.0
+STOP_WAIT_SECONDS = 2.0
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -67,8 +67,29 @@ class SeaweedFS:
             return ""
 
 
+START_ATTEMPTS = 3
+
+
 def start_seaweedfs(directory: Path) -> SeaweedFS:
-    """Start SeaweedFS with S3 on 127.0.0.1 and return once S3 answers HTTP."""
+    """Start SeaweedFS with S3 on 127.0.0.1 and return once S3 answers HTTP.
+
+    Free ports are found by binding port 0 and letting go, so another process may take one before
+    weed binds it: a start that fails with "address already in use" is tried again on new ports.
+    """
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return _start(directory / f"try{attempt}" if attempt else directory)
+        except _PortTaken:
+            continue
+    msg = f"SeaweedFS found no free ports in {START_ATTEMPTS} tries"
+    raise RuntimeError(msg)
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+def _start(directory: Path) -> SeaweedFS:
     binary = weed_binary()
     if binary is None:
         msg = "weed binary not found"
@@ -108,7 +129,7 @@ def start_seaweedfs(directory: Path) -> SeaweedFS:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             msg = f"weed exited with {process.returncode}:\n{server.log_tail()}"
-            raise RuntimeError(msg)
+            raise (_PortTaken if "address already in use" in server.log_tail(200) else RuntimeError)(msg)
         try:
             urllib.request.urlopen(server.endpoint + "/", timeout=1).close()
             return server
@@ -121,14 +142,19 @@ def start_seaweedfs(directory: Path) -> SeaweedFS:
     raise RuntimeError(msg)
 
 
-def use_server_and_make_bucket(server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Point boto at ``server`` the way a user would (environment) and return a fresh, writable bucket."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", server.endpoint)
+def point_boto_at(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point boto (and so neuronc's s3:// stores) at ``endpoint`` the way a user would: the environment."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "neuronc-test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "neuronc-test")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(var, raising=False)
+
+
+def use_server_and_make_bucket(server: SeaweedFS, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point boto at ``server`` the way a user would (environment) and return a fresh, writable bucket."""
+    point_boto_at(server.endpoint, monkeypatch)
     import s3fs
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)

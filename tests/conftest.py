@@ -6,10 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _demo import Demo, compile_demo
 from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
 from typer.testing import CliRunner
 
 from neuronc._output import out
+
+# The Neuron SDK test doubles and tiny checkpoints (sdk_doubles, tiny_llama, tiny_opt, tiny_bert).
+pytest_plugins = ["sdk_doubles.fixtures"]
 
 
 @pytest.fixture(autouse=True)
@@ -84,3 +88,11 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     finally:
         server.stop()
         assert server.process.poll() is not None
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    """The shipped demo profile and model, compiled once per session (slow: real AOTInductor compiles)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return compile_demo(tmp_path_factory.mktemp("demo"))

@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sdk_doubles.fixtures import sdk_doubles, tiny_bert, tiny_llama  # noqa: F401
 from typer.testing import CliRunner
 
 from neuronc._output import out
@@ -74,9 +73,9 @@ def write_profile(tmp_path: Path, backend: str, checkpoint: Path) -> Path:
 def test_neuronc_compile_writes_a_bundle_that_verifies(
     backend: str,
     runner: CliRunner,
-    sdk_doubles: Path,  # noqa: F811
-    tiny_llama: Path,  # noqa: F811
-    tiny_bert: Path,  # noqa: F811
+    sdk_doubles: Path,
+    tiny_llama: Path,
+    tiny_bert: Path,
     tmp_path: Path,
 ) -> None:
     profile = write_profile(tmp_path, backend, tiny_bert if backend == "torch-neuronx" else tiny_llama)
@@ -102,7 +101,7 @@ def test_neuronc_compile_writes_a_bundle_that_verifies(
 
 def test_neuronc_compile_without_the_sdk_exits_5_with_the_install_hint(
     runner: CliRunner,
-    tiny_llama: Path,  # noqa: F811
+    tiny_llama: Path,
     tmp_path: Path,
 ) -> None:
     profile = write_profile(tmp_path, "nxdi", tiny_llama)
@@ -114,8 +113,8 @@ def test_neuronc_compile_without_the_sdk_exits_5_with_the_install_hint(
 
 def test_neuronc_compile_reports_a_compiler_failure_with_exit_3_and_the_log_tail(
     runner: CliRunner,
-    sdk_doubles: Path,  # noqa: F811
-    tiny_llama: Path,  # noqa: F811
+    sdk_doubles: Path,
+    tiny_llama: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -124,3 +123,22 @@ def test_neuronc_compile_reports_a_compiler_failure_with_exit_3_and_the_log_tail
     code, _, stderr = invoke(runner, "compile", str(profile))
     assert code == 3
     assert "ERROR: Unsupported operator: aten::frobnicate" in stderr
+
+
+def test_a_bundle_for_vllm_records_the_serving_stack_and_its_neuron_config(
+    runner: CliRunner,
+    sdk_doubles: Path,
+    tiny_llama: Path,
+    tmp_path: Path,
+) -> None:
+    profile = write_profile(tmp_path, "nxdi", tiny_llama)
+    profile.write_text(profile.read_text() + "options: {serving: vllm}\n")
+    code, stdout, stderr = invoke(runner, "compile", str(profile), "--json")
+    assert code == 0, stderr
+    [build] = json.loads(stdout)["builds"]
+    manifest = read_manifest(Path(build["bundle"]))
+    nxdi = manifest.extra["nxdi"]
+    assert nxdi["serving"] == "vllm"
+    assert nxdi["neuron_config"]["is_continuous_batching"] is True
+    assert nxdi["neuron_config"]["ctx_batch_size"] == 1
+    assert [g.name for g in manifest.graphs] == ["cte-b1-s128", "cte-b1-s256", "tkg-b2-s256"]

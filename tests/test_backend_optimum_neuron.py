@@ -1,4 +1,4 @@
-"""optimum-neuron backend: export arguments, NxDNeuronConfig fields, plan, export through the doubles."""
+"""optimum-neuron backend: get_neuron_config arguments, NxDNeuronConfig fields, plan, export through the doubles."""
 
 from __future__ import annotations
 
@@ -7,11 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sdk_doubles.fixtures import files_under, make_job, make_spec, sdk_doubles, tiny_llama  # noqa: F401
+from sdk_doubles.fixtures import files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
-from neuronc.backends.optimum_neuron import export_arguments, export_command, neuron_config_kwargs
-from neuronc.errors import InvalidInputError
+from neuronc.backends._optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OptimumNeuronConfig
+from neuronc.backends.optimum_neuron import (
+    export_command,
+    get_neuron_config_arguments,
+    neuron_config_kwargs,
+    reproduce_snippet,
+)
+from neuronc.errors import ProfileError
 from neuronc.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,14 +34,13 @@ weights: {weights}
 """
 
 
-def test_tgi_profile_maps_to_these_export_arguments_and_neuron_config() -> None:
+def test_tgi_profile_maps_to_these_arguments_and_neuron_config() -> None:
     (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").builds
-    assert export_arguments(spec) == {
+    assert get_neuron_config_arguments(spec) == {
+        "instance_type": "inf2",
         "batch_size": 8,
         "sequence_length": 16512,
         "tensor_parallel_size": 8,
-        "instance_type": "inf2",
-        "torch_dtype": "bfloat16",
     }
     assert neuron_config_kwargs(spec) == {
         "checkpoint_id": "meta-llama/Meta-Llama-3.1-8B",
@@ -47,17 +52,65 @@ def test_tgi_profile_maps_to_these_export_arguments_and_neuron_config() -> None:
         "torch_dtype": "bfloat16",
         "target": "trn1",
     }
-    assert export_command(spec, "out") == (
-        "optimum-cli export neuron -m meta-llama/Meta-Llama-3.1-8B --batch_size 8 --sequence_length 16512 "
-        "--tensor_parallel_size 8 --instance_type inf2 --torch_dtype bfloat16 out"
-    )
     plan = get_backend("optimum-neuron").plan(spec)
     # Continuous batching (batch > 1): context encoding runs one sequence at a time.
     assert [g.name for g in plan.graphs] == ["cte-b1-s16512", "tkg-b8-s16512"]
 
 
+def test_the_cli_command_says_what_it_cannot_reproduce() -> None:
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").builds
+    command, cannot = export_command(spec, "out", "bfloat16")
+    assert command == (
+        "optimum-cli export neuron -m meta-llama/Meta-Llama-3.1-8B --task text-generation --instance_type inf2 "
+        "--batch_size 8 --sequence_length 16512 --tensor_parallel_size 8 out"
+    )
+    # The shipped profile bundles the checkpoint's safetensors (on-load): the CLI would pre-shard.
+    assert cannot == ["weights: on-load: the CLI saves a local checkpoint's weights pre-sharded (checkpoint/weights/)"]
+    # A dtype other than the config's, a shorter context and an override: each one said.
+    other = spec.model_copy(
+        update={
+            "amp": "fp16",
+            "weights": "presharded",
+            "sequence": spec.sequence.model_copy(update={"max_context_length": 4096}),
+            "options": {"neuron_config": {"on_device_sampling": False}},
+        }
+    )
+    _, cannot = export_command(other, "out", "bfloat16")
+    assert cannot == [
+        "dtype float16: the CLI takes the dtype from the model's config.json (bfloat16)",
+        "max_context_length 4096: the CLI encodes context at the sequence length (16512)",
+        "neuron_config.on_device_sampling: the CLI sets no NxDNeuronConfig field beyond its shape arguments",
+    ]
+    snippet = reproduce_snippet(other, "out")
+    assert "config.dtype = torch.float16" in snippet
+    assert "'max_context_length': 4096" in snippet and "'on_device_sampling': False" in snippet
+    compile(snippet, "<snippet>", "exec")
+
+
+def test_the_options_model_is_the_recorded_constructor() -> None:
+    assert list(OptimumNeuronConfig.model_fields) == [name for name, _ in NXD_NEURON_CONFIG_PARAMETERS]
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ("{neuron_config: {on_device_sampeling: false}}", "unknown key 'on_device_sampeling'. Did you mean "),
+        ("{neuron_config: {tp_degree: 4}}", "options.neuron_config.tp_degree: set by neuronc from the profile's"),
+        ("{neuron_config: {speculation_length: 4}}", "speculative decoding needs on_device_sampling: false"),
+        ("{neuron_config: {fused_qkv: maybe}}", "options.neuron_config.fused_qkv"),
+    ],
+)
+def test_neuron_config_keys_are_checked_against_the_constructor(tmp_path: Path, options: str, expected: str) -> None:
+    text = PROFILE.format(model="org/model", weights="on-load") + f"options: {options}\n"
+    with pytest.raises(ProfileError) as info:
+        make_spec(text, tmp_path)
+    [problem] = info.value.details
+    assert expected in problem
+    assert ":10:" in problem
+
+
 def test_bucket_lists_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError) as info:
+    with pytest.raises(ProfileError) as info:
         make_spec(
             """
         model: {id: org/model}
@@ -68,14 +121,15 @@ def test_bucket_lists_are_refused(tmp_path: Path) -> None:
         """,
             tmp_path,
         )
-    assert "no bucket lists" in "\n".join(info.value.details)
+    [problem] = info.value.details
+    assert "sequence.context_buckets: optimum-neuron compiles one graph" in problem
 
 
-def test_reference_weights_need_a_hub_model(tiny_llama: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_reference_weights_need_a_hub_model(tiny_llama: Path, tmp_path: Path) -> None:
     shutil.copytree(tiny_llama, tmp_path / "llama")
-    with pytest.raises(InvalidInputError) as info:
+    with pytest.raises(ProfileError) as info:
         make_spec(PROFILE.format(model="./llama", weights="reference"), tmp_path)
-    assert "reference needs a Hub model" in "\n".join(info.value.details)
+    assert "weights: reference needs a Hub model" in "\n".join(info.value.details)
 
 
 def test_trn2_is_its_own_target_and_batch_1_has_no_continuous_batching(tmp_path: Path) -> None:
@@ -95,8 +149,8 @@ def test_trn2_is_its_own_target_and_batch_1_has_no_continuous_batching(tmp_path:
 
 @pytest.mark.parametrize("weights", ["presharded", "on-load", "reference"])
 def test_export_writes_the_directory_optimum_neuron_loads(
-    sdk_doubles: Path,  # noqa: F811
-    tiny_llama: Path,  # noqa: F811
+    sdk_doubles: Path,
+    tiny_llama: Path,
     tmp_path: Path,
     weights: str,
 ) -> None:
@@ -128,5 +182,8 @@ def test_export_writes_the_directory_optimum_neuron_loads(
         "reference": "hub:example-org/tiny-llama@None",
     }[weights]
     assert model.loaded_weights_from == expected
-    assert result.extra["optimum_neuron"]["export_arguments"]["tensor_parallel_size"] == 2
+    recorded = result.extra["optimum_neuron"]
+    assert recorded["get_neuron_config"]["tensor_parallel_size"] == 2
+    assert "max_context_length 128" in recorded["export_command_cannot_express"][-2 if weights != "presharded" else -1]
+    assert result.extra["neuron_env"]["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn1"
     assert [g.name for g in (r.graph for r in result.graphs)] == ["cte-b1-s128", "tkg-b4-s256"]

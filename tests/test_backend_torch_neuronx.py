@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from sdk_doubles.fixtures import files_under, make_job, make_spec, sdk_doubles, tiny_bert  # noqa: F401
+from sdk_doubles.fixtures import files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
 from neuronc.backends.torch_neuronx import compiler_args, trace_calls
@@ -88,8 +88,8 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
     sequence: {max_length: 128}
     """
     for options, match in (
-        ("options: {model_factory: nocolon}", "module:function"),
-        ("options: {inputs: []}", "non-empty list"),
+        ("options: {model_factory: nocolon}", "expected 'module:function', got 'nocolon'"),
+        ("options: {inputs: []}", "at least 1 item"),
         ("options: {input: [a]}", "Did you mean 'inputs'"),
     ):
         with pytest.raises(InvalidInputError) as info:
@@ -98,8 +98,8 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
 
 
 def test_encoder_compile_saves_one_loadable_torchscript_per_bucket(
-    sdk_doubles: Path,  # noqa: F811
-    tiny_bert: Path,  # noqa: F811
+    sdk_doubles: Path,
+    tiny_bert: Path,
     tmp_path: Path,
 ) -> None:
     shutil.copytree(tiny_bert, tmp_path / "bert")
@@ -131,7 +131,7 @@ def test_encoder_compile_saves_one_loadable_torchscript_per_bucket(
     assert result.extra["torch_neuronx"]["cpu_backend"] is True
 
 
-def test_custom_model_factory(sdk_doubles: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_custom_model_factory(sdk_doubles: Path, tmp_path: Path) -> None:
     (tmp_path / "mymodels.py").write_text(
         textwrap.dedent(
             """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from sdk_doubles.fixtures import files_under, make_job, make_spec, sdk_doubles, tiny_llama, tiny_opt  # noqa: F401
+from sdk_doubles.fixtures import files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
 from neuronc.backends.transformers_neuronx import (
@@ -68,7 +68,7 @@ def test_sanitized_tensor_file_names() -> None:
         sanitize_file_name("..")
 
 
-def test_split_checkpoint_streams_every_tensor_cast_to_the_amp_dtype(tiny_llama: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_split_checkpoint_streams_every_tensor_cast_to_the_amp_dtype(tiny_llama: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
     table = write_split_checkpoint(tiny_llama, tmp_path, "float16")
@@ -85,8 +85,8 @@ def test_split_checkpoint_streams_every_tensor_cast_to_the_amp_dtype(tiny_llama:
 
 @pytest.mark.parametrize("weights", ["presharded", "on-load", "reference"])
 def test_compile_saves_neffs_and_the_bundle_reloads_with_the_snippet_kwargs(
-    sdk_doubles: Path,  # noqa: F811
-    tiny_opt: Path,  # noqa: F811
+    sdk_doubles: Path,
+    tiny_opt: Path,
     tmp_path: Path,
     weights: str,
 ) -> None:
@@ -137,8 +137,8 @@ def test_compile_saves_neffs_and_the_bundle_reloads_with_the_snippet_kwargs(
 
 
 def test_neuron_config_option_reaches_the_model_and_the_snippet(
-    sdk_doubles: Path,  # noqa: F811
-    tiny_llama: Path,  # noqa: F811
+    sdk_doubles: Path,
+    tiny_llama: Path,
     tmp_path: Path,
 ) -> None:
     shutil.copytree(tiny_llama, tmp_path / "llama")
@@ -161,7 +161,7 @@ def test_neuron_config_option_reaches_the_model_and_the_snippet(
     compile(snippet, "<snippet>", "exec")
 
 
-def test_profile_fields_cannot_be_overridden_through_options(tiny_llama: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_profile_fields_cannot_be_overridden_through_options(tiny_llama: Path, tmp_path: Path) -> None:
     shutil.copytree(tiny_llama, tmp_path / "llama")
     with pytest.raises(InvalidInputError) as info:
         make_spec(
@@ -183,3 +183,60 @@ def test_any_tp_up_to_the_core_count_and_no_trn2() -> None:
     assert 12 in (backend.supported_tp_degrees("inf2", {}) or ())
     assert 25 not in (backend.supported_tp_degrees("inf2", {}) or ())
     assert "trn2" not in backend.targets
+
+
+def test_profile_flags_reach_neuronx_cc_through_neuron_cc_flags_with_cpu_compile_off_device(
+    sdk_doubles: Path,
+    tiny_llama: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shutil.copytree(tiny_llama, tmp_path / "llama")
+    spec = make_spec(
+        """
+        model: {id: ./llama}
+        backend: transformers-neuronx
+        target: inf2
+        tp_degree: 2
+        sequence: {max_length: 256}
+        weights: on-load
+        compiler: {flags: ["--enable-saturate-infinity"]}
+        """,
+        tmp_path,
+    )
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O2 --cache_dir=/tmp/cache")
+    job = make_job(spec, tmp_path / "llama", tmp_path)
+    result = get_backend("transformers-neuronx").compile(job)
+    assert result.extra["neuron_env"]["NEURON_CC_FLAGS"] == "--enable-saturate-infinity -O2 --cache_dir=/tmp/cache"
+    logs = list((job.logs_dir / "neuronx-cc").rglob("log-neuron-cc.txt"))
+    # No Neuron device here: cpu_compile() compiled every kernel, with the profile's flags.
+    assert len(logs) == 2
+    assert all("--enable-saturate-infinity -O2" in log.read_text() for log in logs)
+
+
+def test_options_are_checked_at_validate_time(tmp_path: Path) -> None:
+    base = (
+        "model: {id: org/m}\nbackend: transformers-neuronx\ntarget: inf2\ntp_degree: 2\nsequence: {max_length: 256}\n"
+    )
+    with pytest.raises(InvalidInputError) as info:
+        make_spec(base + "options: {neuron_config: {fuse_qvk: true}}\n", tmp_path)
+    assert "unknown key 'fuse_qvk'. Did you mean 'fuse_qkv'?" in info.value.details[0]
+    with pytest.raises(InvalidInputError) as info:
+        make_spec(base + "options: {from_pretrained: {n_positions: 512}}\n", tmp_path)
+    assert (
+        "options.from_pretrained.n_positions: set by neuronc from the profile's sequence.token_buckets"
+        in (info.value.details[0])
+    )
+
+
+@pytest.mark.parametrize("model_type", ["gptj", "gpt_neox"])
+def test_classes_that_cannot_save_their_kernels_are_refused(tiny_llama: Path, tmp_path: Path, model_type: str) -> None:
+    shutil.copytree(tiny_llama, tmp_path / "model")
+    config = json.loads((tmp_path / "model/config.json").read_text())
+    (tmp_path / "model/config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    base = (
+        "model: {id: ./model}\nbackend: transformers-neuronx\ntarget: inf2\ntp_degree: 2\nsequence: {max_length: 256}\n"
+    )
+    with pytest.raises(InvalidInputError) as info:
+        make_spec(base, tmp_path)
+    assert "has no save()/load()" in info.value.details[0]

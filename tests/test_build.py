@@ -16,10 +16,9 @@ import pytest
 from _pipeline import fake_hub_cache, write_profile, write_tiny_llama
 from plugins import pipeline_backend
 
-from neuronc import build
-from neuronc.build import BuildReport, compile_profiles, overall_exit_code
 from neuronc.bundle import read_manifest, verify_bundle
-from neuronc.errors import BackendUnavailableError, InvalidInputError, ProfileError
+from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError, ProfileError
+from neuronc.pipeline import BuildReport, compile_profiles, failed_logs_root, overall_exit_code
 from neuronc.store import Store
 
 TESTS = Path(__file__).resolve().parent
@@ -123,8 +122,8 @@ def test_miss_names_the_hashed_fields_that_differ_from_the_nearest_bundle(ws: Pa
     [report] = run(ws, write_profile(ws / "b.yaml", context_buckets=[16, 48]), log=messages.append)
     assert report.status == "built"
     assert report.nearest is not None
-    assert report.nearest["differences"] == [{"field": "sequence.context_buckets", "a": [16, 32], "b": [16, 48]}]
-    assert report.nearest["toolchain_differences"] == {}
+    assert report.nearest.differences == [{"field": "sequence.context_buckets", "a": [16, 32], "b": [16, 48]}]
+    assert report.nearest.toolchain_differences == {}
     assert any("sequence.context_buckets: [16,32] → [16,48]" in m for m in messages), messages
 
 
@@ -134,18 +133,29 @@ def test_toolchain_change_is_a_miss_that_says_so(ws: Path, monkeypatch: pytest.M
     monkeypatch.setenv("NEURONC_FAKE_CC_VERSION", "9.9.9")
     [report] = run(ws, profile)
     assert report.status == "built" and report.nearest is not None
-    assert report.nearest["differences"] == []
-    assert report.nearest["toolchain_differences"] == {"fake-cc": {"a": "1.2.3", "b": "9.9.9"}}
+    assert report.nearest.differences == []
+    assert report.nearest.toolchain_differences == {"fake-cc": {"a": "1.2.3", "b": "9.9.9"}}
     assert len(Store(ws / "store").list()) == 2
 
 
 # -- failures -------------------------------------------------------------------------------------
 
 
+def test_nearest_bundle_matches_the_checkpoint_not_the_spelling_of_its_path(ws: Path) -> None:
+    run(ws, write_profile(ws / "a.yaml", context_buckets=[16, 32]))
+    # The same checkpoint directory, named by an absolute path instead of "model".
+    other = write_profile(ws / "b.yaml", model=str(ws / "model"), context_buckets=[16, 48])
+    [report] = run(ws, other, require_hit=True)
+    assert (report.status, report.exit_code) == ("failed", 6)
+    assert report.nearest is not None
+    assert [d["field"] for d in report.nearest.differences] == ["sequence.context_buckets"]
+    assert report.error is not None and any("nearest bundle" in line for line in report.error.details)
+
+
 def test_require_hit_miss_is_exit_6_and_compiles_nothing(ws: Path) -> None:
     [report] = run(ws, write_profile(ws / "p.yaml"), require_hit=True)
     assert (report.status, report.exit_code) == ("failed", 6)
-    assert report.error is not None and report.error["error"] == "cache_miss"
+    assert report.error is not None and report.error.kind == "cache_miss"
     assert compiles(ws) == 0
     assert Store(ws / "store").list() == []
 
@@ -185,9 +195,7 @@ def test_a_build_that_cannot_fit_fails_preflight_before_compiling(ws: Path) -> N
     (big / "config.json").write_text(json.dumps(config))
     [report] = run(ws, write_profile(ws / "p.yaml", model="big", target="inf2"))
     assert (report.status, report.exit_code) == ("failed", 2)
-    assert (
-        report.error and report.error["error"] == "preflight_failed" and "does not fit inf2" in report.error["message"]
-    )
+    assert report.error and report.error.kind == "preflight_failed" and "does not fit inf2" in report.error.message
     assert compiles(ws) == 0 and staging_leftovers(ws / "store") == []
 
 
@@ -198,12 +206,13 @@ def test_compile_failure_is_exit_3_with_the_log_tail_and_other_builds_continue(w
     assert [r.status for r in reports] == ["failed", "built"]
     assert overall_exit_code(reports) == 3
     error = reports[0].error
-    assert error is not None and error["exit_code"] == 3 and error["error"] == "compile_failed"
-    assert "ERROR: fake-cc: unsupported operator 'aten::frobnicate'" in "\n".join(error["details"])
+    assert isinstance(error, CompileError) and error.exit_code == 3 and error.kind == "compile_failed"
+    assert "ERROR: fake-cc: unsupported operator 'aten::frobnicate'" in "\n".join(error.details)
     # The staging directory is gone, but the compiler log survives where the error says.
-    log_path = Path(error["log_path"])
+    assert error.log_path is not None
+    log_path = Path(error.log_path)
     assert log_path.is_file() and "frobnicate" in log_path.read_text()
-    assert log_path.is_relative_to(build.failed_logs_root())
+    assert log_path.is_relative_to(failed_logs_root())
     assert staging_leftovers(ws / "store") == []
     assert [e.path for e in Store(ws / "store").list()] == [Path(reports[1].bundle or "")]
 
@@ -211,7 +220,7 @@ def test_compile_failure_is_exit_3_with_the_log_tail_and_other_builds_continue(w
 def test_compiler_crash_is_a_compile_failure(ws: Path) -> None:
     [report] = run(ws, write_profile(ws / "p.yaml", options={"crash": True}))
     assert (report.status, report.exit_code) == ("failed", 3)
-    assert report.error and "RuntimeError: segfault-ish failure" in report.error["message"]
+    assert report.error and "RuntimeError: segfault-ish failure" in report.error.message
     assert staging_leftovers(ws / "store") == []
 
 
@@ -278,7 +287,7 @@ def test_out_dir_never_overwrites_other_data(ws: Path) -> None:
     (ws / "precious" / "notes.txt").write_text("keep me")
     [report] = run(ws, write_profile(ws / "p.yaml"), out_dir=ws / "precious")
     assert (report.status, report.exit_code) == ("failed", 2)
-    assert report.error and "not a bundle" in report.error["message"]
+    assert report.error and "not a bundle" in report.error.message
     assert (ws / "precious" / "notes.txt").read_text() == "keep me"
 
 
@@ -335,7 +344,7 @@ def test_unknown_hub_revision_offline_is_exit_2(ws: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     [report] = run(ws, write_profile(ws / "p.yaml", model="acme/not-cached"))
     assert (report.status, report.exit_code) == ("failed", 2)
-    assert report.error and "offline and not in the Hugging Face cache" in report.error["message"]
+    assert report.error and "offline and not in the Hugging Face cache" in report.error.message
 
 
 # -- concurrency ----------------------------------------------------------------------------------
@@ -345,7 +354,7 @@ import json, sys
 sys.path.insert(0, {tests!r})
 from plugins import pipeline_backend
 pipeline_backend.register()
-from neuronc.build import compile_profiles
+from neuronc.pipeline import compile_profiles
 [r] = compile_profiles([{profile!r}], store={store!r})
 print(json.dumps({{"status": r.status, "bundle": r.bundle, "messages": r.messages}}))
 """

@@ -16,7 +16,7 @@ from neuronc._output import out
 from neuronc.build import compile_profiles
 from neuronc.bundle import verify_bundle
 from neuronc.cli import app
-from neuronc.remote_store import RemoteStore
+from neuronc.store import RemoteStore
 
 pytestmark = pytest.mark.s3
 
@@ -61,5 +61,36 @@ def test_compile_publishes_to_s3_and_another_host_gets_a_hit(
     # A miss against the remote store names what differs from the nearest remote bundle.
     [other] = compile_profiles([write_profile(tmp_path / "q.yaml", context_buckets=[16, 48])], store=url)
     assert other.status == "built" and other.nearest is not None
-    assert [d["field"] for d in other.nearest["differences"]] == ["sequence.context_buckets"]
+    assert [d["field"] for d in other.nearest.differences] == ["sequence.context_buckets"]
     assert len(RemoteStore(url, cache_dir=tmp_path / "probe2").list()) == 2
+
+
+def test_compile_into_a_missing_bucket_fails_before_compiling(bucket: str, tmp_path: Path) -> None:
+    write_tiny_llama(tmp_path / "model")
+    profile = write_profile(tmp_path / "p.yaml")
+    [report] = compile_profiles([profile], store=f"s3://{bucket}-absent/ci")
+    assert (report.status, report.exit_code) == ("failed", 5)
+    assert report.error is not None and "does not exist" in report.error.message
+    assert not (tmp_path / "compiles.log").exists()  # nothing was compiled
+
+
+def test_a_build_that_loses_the_publish_race_reports_it_and_uses_the_published_bundle(
+    bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_tiny_llama(tmp_path / "model")
+    profile = write_profile(tmp_path / "p.yaml")
+    url = f"s3://{bucket}/ci"
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(tmp_path / "host-a"))
+    [first] = compile_profiles([profile], store=url)
+    assert first.status == "built", first.error
+    # Host B looked the key up before host A's manifest landed: it misses, compiles, and then
+    # finds the key published when it publishes.
+    store_b = RemoteStore(url, cache_dir=tmp_path / "host-b")
+    monkeypatch.setattr(store_b, "lookup", lambda *args, **kwargs: None)
+    [second] = compile_profiles([profile], store=store_b)
+    assert second.status == "hit", second.error
+    assert any("first; using its bundle" in m for m in second.messages), second.messages
+    published = RemoteStore(url, cache_dir=tmp_path / "probe").list()
+    assert len(published) == 1 and published[0].manifest.config_hash == second.config_hash
+    assert verify_bundle(second.bundle or "").ok
+    assert len((tmp_path / "compiles.log").read_text().splitlines()) == 2

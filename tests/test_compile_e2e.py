@@ -8,57 +8,20 @@ bucket recompiles only that graph, and that `neuronc run` gives exactly Hugging 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _demo import Demo
 
-from neuronc.build import BuildReport, compile_profiles
 from neuronc.bundle import read_manifest, verify_bundle
+from neuronc.pipeline import compile_profiles
 from neuronc.store import Store
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "The quick brown fox"
-
-
-@dataclass
-class Demo:
-    root: Path
-    profile: Path
-    store: Path
-    graph_cache: Path
-    report: BuildReport
-
-    @property
-    def bundle(self) -> Path:
-        return Path(self.report.bundle or "")
-
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "NEURONC_STORE": str(self.store), "NEURONC_GRAPH_CACHE": str(self.graph_cache)}
-
-
-@pytest.fixture(scope="session")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    """The demo profile and model copied aside, compiled once into a private store and graph cache."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    root = tmp_path_factory.mktemp("demo")
-    shutil.copytree(ROOT / "profiles" / "models" / "tiny-llama", root / "models" / "tiny-llama")
-    profile = root / "tiny-llama-cpu.yaml"
-    shutil.copy(ROOT / "profiles" / "tiny-llama-cpu.yaml", profile)
-    store, graph_cache = root / "store", root / "graphs"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("NEURONC_GRAPH_CACHE", str(graph_cache))
-        [report] = compile_profiles([profile], store=store, jobs=2)
-    assert report.status == "built", report.error
-    yield Demo(root, profile, store, graph_cache, report)
 
 
 @pytest.fixture
@@ -84,6 +47,18 @@ def test_demo_bundle_verifies(demo: Demo) -> None:
     compile_stage = next(s for s in demo.report.stages if s.name == "compile")
     # Graphs compile in worker processes: their peak is measured too.
     assert compile_stage.children_peak_rss_bytes and compile_stage.children_peak_rss_bytes > 100 * 2**20
+
+
+def test_inspect_of_a_cpu_bundle_says_how_to_load_it(demo: Demo) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronc", "inspect", str(demo.bundle), "--json"],
+        capture_output=True,
+        text=True,
+        env=demo.env(),
+        check=True,
+    )
+    snippet = json.loads(proc.stdout)["load_snippet"]
+    assert "from neuronc.runtime import load" in snippet and str(demo.bundle) in snippet
 
 
 def test_second_compile_is_a_store_hit_without_torch(demo: Demo) -> None:
@@ -119,7 +94,7 @@ def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache:
         ("tkg-b1-s128", True),
     ]
     assert report.nearest is not None
-    assert [d["field"] for d in report.nearest["differences"]] == ["sequence.context_buckets"]
+    assert [d["field"] for d in report.nearest.differences] == ["sequence.context_buckets"]
     assert verify_bundle(Path(report.bundle or "")).ok
     assert len(Store(demo.store).list()) == 2
 
@@ -128,16 +103,7 @@ def test_run_gives_exactly_the_hugging_face_greedy_tokens(demo: Demo) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    result = subprocess.run(
-        [sys.executable, "-m", "neuronc", "run", str(demo.bundle), "--prompt", PROMPT, "-n", "24", "--json"],
-        capture_output=True,
-        text=True,
-        env=demo.env(),
-        check=False,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
-    ran = json.loads(result.stdout)
+    ran = demo.run_json(PROMPT, "-n", "24")
 
     model_dir = demo.root / "models" / "tiny-llama"
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -1,7 +1,8 @@
-"""`neuronc deploy`: parse every emitted file and check each value against the bundle's manifest.
+"""`neuronc deploy`: every emitted value checked against the bundle's manifest and the stacks' rules.
 
-Bundles are real: written by the real BundleWriter with the layout each backend produces (the
-Neuron SDK itself is the only thing absent), then read back through read_manifest.
+Bundles here are written by the real BundleWriter with the layout and the ``extra`` records each
+backend writes (the Neuron SDK is the only thing absent); ``test_deploy_shipped.py`` compiles the
+shipped profiles through the SDK doubles, and tests/contract/serving/ runs the stacks' own parsers.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typer.testing import CliRunner
 from neuronc._output import out
 from neuronc.bundle import BundleWriter, Manifest, read_manifest, verify_bundle
 from neuronc.cli import app
-from neuronc.deploy import DeployOptions, render
+from neuronc.deploy import DeployOptions, Rendered, render, write
+from neuronc.deploy import images as image_table
+from neuronc.deploy.tnx_handler import KEYS as HANDLER_KEYS
 from neuronc.errors import InvalidInputError
 from neuronc.keys import config_key
 from neuronc.spec import ResolvedSequence
@@ -28,10 +31,12 @@ from neuronc.spec import ResolvedSequence
 SEQ = ResolvedSequence(
     max_length=4096, max_context_length=2048, context_buckets=(512, 1024, 2048), token_buckets=(2048, 4096)
 )
+FULL = ResolvedSequence(max_length=4096, max_context_length=4096, context_buckets=(4096,), token_buckets=(4096,))
+CC = "2.21.33363.0+82129205"
 TOOLCHAINS = {
-    "nxdi": {"neuronx-cc": "2.21.18209.0+043b1bf7", "neuronx-distributed-inference": "0.6.10598"},
-    "optimum-neuron": {"optimum-neuron": "0.4.5", "neuronx-cc": "2.21.18209.0+043b1bf7"},
-    "transformers-neuronx": {"transformers-neuronx": "0.13.1380", "neuronx-cc": "2.21.18209.0+043b1bf7"},
+    "nxdi": {"neuronx-cc": CC, "neuronx-distributed-inference": "0.6.10598"},
+    "optimum-neuron": {"optimum-neuron": "0.4.5", "neuronx-cc": CC},
+    "transformers-neuronx": {"transformers-neuronx": "0.13.1315", "neuronx-cc": CC},
 }
 ARTIFACTS = {
     "nxdi": [
@@ -40,12 +45,28 @@ ARTIFACTS = {
         "artifacts/weights/tp0_sharded_checkpoint.safetensors",
     ],
     "optimum-neuron": ["artifacts/model.pt", "artifacts/neuron_config.json", "artifacts/config.json"],
-    "transformers-neuronx": ["artifacts/neff/a.neff", "artifacts/checkpoint/config.json"],
+    "transformers-neuronx": ["artifacts/neff/0123456789abcdef0123.neff", "artifacts/checkpoint/config.json"],
+}
+CB = {"is_continuous_batching": True, "ctx_batch_size": 1}
+TNX_KWARGS = {
+    "batch_size": 4,
+    "tp_degree": 8,
+    "amp": "f16",
+    "n_positions": [2048, 4096],
+    "context_length_estimate": [512, 1024, 2048],
+    "unroll": 4,
 }
 
 
-def _bundle(tmp_path: Path, backend: str, **overrides: Any) -> Path:
-    """A bundle with the layout ``backend`` writes, through the real writer."""
+def _bundle(
+    tmp_path: Path,
+    backend: str,
+    *,
+    toolchain: dict[str, str] | None = None,
+    neuron_config: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Path:
+    """A bundle with the layout and extra records ``backend`` writes, through the real writer."""
     fields: dict[str, Any] = {
         "model": make_spec().model.model_copy(update={"id": "meta-llama/Llama-3.1-8B"}),
         "backend": backend,
@@ -54,15 +75,27 @@ def _bundle(tmp_path: Path, backend: str, **overrides: Any) -> Path:
         "batch_size": 4,
         "amp": "bf16",
         "sequence": SEQ,
-        "compiler_flags": ("-O1", "--model-type=transformer"),
+        "compiler_flags": ("-O1",),
     }
     fields.update(overrides)
     spec = make_spec(**fields)
     key = config_key(spec)
-    toolchain = {"neuronc": "0.1.0", **TOOLCHAINS[backend]}
     extra: dict[str, Any] = {}
+    if backend == "nxdi":
+        nc = {
+            "tp_degree": spec.tp_degree,
+            "batch_size": spec.batch_size,
+            **(CB if neuron_config is None else neuron_config),
+        }
+        extra["nxdi"] = {"model_class": "m:NeuronLlamaForCausalLM", "neuron_config": nc, "weights": spec.weights}
     if backend == "transformers-neuronx":
-        extra["transformers_neuronx"] = {"model_class": "transformers_neuronx.LlamaForSampling"}
+        kwargs = {**TNX_KWARGS, "batch_size": spec.batch_size, "tp_degree": spec.tp_degree}
+        extra["transformers_neuronx"] = {
+            "model_class": "transformers_neuronx.LlamaForSampling",
+            "from_pretrained": kwargs,
+            "weights": spec.weights,
+            "neffs": ["0123456789abcdef0123.neff"],
+        }
     dest = tmp_path / f"bundle-{backend}-{key.short}"
     with BundleWriter(dest) as writer:
         writer.write_text("profile.yaml", "# profile\n")
@@ -71,19 +104,18 @@ def _bundle(tmp_path: Path, backend: str, **overrides: Any) -> Path:
             writer.write_bytes(rel, f"{rel}\n".encode())
         graphs = [
             {"role": "context_encoding", "batch": spec.batch_size, "bucket": b, "artifact": ARTIFACTS[backend][0]}
-            for b in SEQ.context_buckets
+            for b in spec.sequence.context_buckets
         ]
-        return writer.finish(
-            {"spec": spec, "config_key": key, "toolchain": toolchain, "graphs": graphs, "extra": extra}
-        )
+        chain = {"neuronc": "0.1.0", **(toolchain or TOOLCHAINS[backend])}
+        return writer.finish({"spec": spec, "config_key": key, "toolchain": chain, "graphs": graphs, "extra": extra})
 
 
-def _files(tmp_path: Path, bundle: Path, stack: str, **options: Any) -> dict[str, str]:
-    return {f.path: f.text for f in render(bundle, stack, DeployOptions(**options))}
+def _files(rendered: Rendered) -> dict[str, str]:
+    return {f.path: f.text for f in rendered.files}
 
 
 def _env(text: str) -> dict[str, str]:
-    """Parse KEY=VALUE lines (comments and blank lines ignored), refusing anything else."""
+    """KEY=VALUE lines (comments and blank lines ignored), refusing anything else."""
     env: dict[str, str] = {}
     for line in text.splitlines():
         if not line.strip() or line.startswith("#"):
@@ -95,220 +127,333 @@ def _env(text: str) -> dict[str, str]:
     return env
 
 
+def _exec_argv(script: str) -> list[str]:
+    line = next(li for li in script.splitlines() if li.startswith("exec "))
+    return shlex.split(line)[1:]
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    flags: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):
+        if argv[i].startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+            flags[argv[i]] = nxt
+            i += 2 if nxt is not None else 1
+        else:
+            i += 1
+    return flags
+
+
+def _scenario(files: dict[str, str]) -> dict[str, Any]:
+    data = json.loads(files["guidellm-scenario.json"])
+    assert isinstance(data, dict)
+    return data
+
+
 def _seq(m: Manifest) -> dict[str, Any]:
     seq = m.profile["sequence"]
     assert isinstance(seq, dict)
     return seq
 
 
-# -- vLLM ---------------------------------------------------------------------------------------
+# -- vLLM for NxDI (vllm-neuron) ----------------------------------------------------------------------
 
 
-def test_vllm_command_and_env_come_from_the_manifest(tmp_path: Path) -> None:
+def test_vllm_nxdi_arguments_come_from_the_manifest(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path, "nxdi")
     m = read_manifest(bundle)
-    files = _files(tmp_path, bundle, "vllm", port=8000)
-    env = _env(files["vllm.env"])
-    assert env == {
-        "NEURON_COMPILED_ARTIFACTS": f"{bundle.absolute()}/artifacts",
-        "VLLM_NEURON_FRAMEWORK": "neuronx-distributed-inference",
-        "NEURON_RT_NUM_CORES": str(m.tp_degree),
-    }
-    exec_line = next(line for line in files["serve.sh"].splitlines() if line.startswith("exec "))
-    argv = shlex.split(exec_line)[1:]
+    rendered = render(bundle, "vllm")
+    files = _files(rendered)
+    assert _env(files["vllm.env"]) == {"NEURON_COMPILED_ARTIFACTS": f"{bundle.absolute()}/artifacts"}
+    argv = _exec_argv(files["serve.sh"])
     assert argv[:3] == ["vllm", "serve", f"{bundle.absolute()}/model"]
-    flags = dict(zip(argv[3::2], argv[4::2], strict=True))
+    flags = _flags(argv[3:])
     assert flags == {
         "--served-model-name": m.model_id,
-        "--tensor-parallel-size": str(m.tp_degree),
-        "--max-num-seqs": str(m.batch_size),
-        "--max-model-len": str(_seq(m)["max_length"]),
-        "--block-size": str(_seq(m)["max_length"]),
+        "--tensor-parallel-size": "8",
+        "--max-num-seqs": "4",
+        "--max-model-len": "2048",  # the largest context bucket: longer prompts get HTTP 400 from vLLM
         "--dtype": "bfloat16",
-        "--port": "8000",
+        "--no-enable-prefix-caching": None,
+        "--num-gpu-blocks-override": "4",
+        "--port": "8080",
     }
-    assert ". ./vllm.env" in files["serve.sh"]
+    assert "--block-size" not in argv
+    # SDK 2.26.1 versions: no AWS vLLM container ships them, so no compose file and a note saying so.
+    assert "docker-compose.yml" not in files and rendered.image is None
+    assert "0.6.10598" in rendered.notes[0] and "--image" in rendered.notes[0]
 
 
-def test_vllm_block_size_follows_a_paged_attention_build(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path, "nxdi", options={"neuron_config": {"pa_block_size": 32}})
-    argv = shlex.split(
-        next(li for li in _files(tmp_path, bundle, "vllm")["serve.sh"].splitlines() if li.startswith("exec "))
+def test_vllm_nxdi_compose_mounts_artifacts_read_only_on_disjoint_devices(tmp_path: Path) -> None:
+    toolchain = {"neuronx-cc": "2.23.6484.0+3b612583", "neuronx-distributed-inference": "0.8.16251+f3ca5575"}
+    bundle = _bundle(tmp_path, "nxdi", toolchain=toolchain, tp_degree=4, sequence=FULL)
+    rendered = render(bundle, "vllm", DeployOptions(instance_type="inf2.48xlarge", port=9000))
+    assert (
+        rendered.image
+        == "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"
     )
-    assert argv[argv.index("--block-size") + 1] == "32"
-
-
-def test_vllm_serves_an_optimum_export_from_its_directory(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=2, batch_size=1, amp="fp16")
-    files = _files(tmp_path, bundle, "vllm", bundle_path="/srv/bundle")
-    argv = shlex.split(next(li for li in files["serve.sh"].splitlines() if li.startswith("exec ")))
-    assert argv[:4] == ["exec", "vllm", "serve", "/srv/bundle/artifacts"]
-    assert argv[argv.index("--dtype") + 1] == "float16"
-    assert _env(files["vllm.env"])["NEURON_COMPILED_ARTIFACTS"] == "/srv/bundle/artifacts"
-
-
-# -- TGI ----------------------------------------------------------------------------------------
-
-
-def _nginx_blocks(text: str) -> None:
-    depth = 0
-    for char in re.sub(r"#.*", "", text):
-        depth += {"{": 1, "}": -1}.get(char, 0)
-        assert depth >= 0, "a closing brace without an opening one"
-    assert depth == 0, "unbalanced braces"
+    compose = yaml.safe_load(_files(rendered)["docker-compose.yml"])
+    replicas = {k: s for k, s in compose["services"].items() if k.startswith("vllm-")}
+    assert len(replicas) == 6  # 12 devices, 2 per tp-4 replica
+    seen: set[str] = set()
+    for service in replicas.values():
+        assert service["volumes"] == [
+            f"{bundle.absolute()}/model:/bundle/model:ro",
+            f"{bundle.absolute()}/artifacts:/bundle/artifacts:ro",
+        ]
+        assert service["environment"] == {"NEURON_COMPILED_ARTIFACTS": "/bundle/artifacts"}
+        assert service["command"][:3] == ["vllm", "serve", "/bundle/model"]
+        assert _flags(service["command"][3:])["--max-model-len"] == "4096"
+        devices = {d.split(":")[0] for d in service["devices"]}
+        assert len(devices) == 2 and not devices & seen
+        seen |= devices
+        assert "ports" not in service
+    assert compose["services"]["nginx"]["ports"] == ["9000:80"]
+    assert _scenario(_files(rendered))["spec"]["profile"]["max_concurrency"] == 4 * 6
 
 
 @pytest.mark.parametrize(
-    ("tp", "instance", "replicas", "devices_each"),
+    ("overrides", "neuron_config", "words", "hint"),
     [
-        (2, "inf2.48xlarge", 12, 1),  # 12 devices of 2 cores: twelve tp-2 replicas
-        (8, "inf2.48xlarge", 3, 4),
-        (8, None, 1, 4),  # default: the smallest instance with 8 cores (inf2.24xlarge, 6 devices)
-        (4, "inf2.24xlarge", 3, 2),
-        (24, "inf2.48xlarge", 1, 12),
+        ({}, {}, "without continuous batching", "serving: vllm"),
+        ({}, {"is_continuous_batching": True, "ctx_batch_size": 4}, "context batch 4", "serving: vllm"),
+        ({"weights": "reference"}, CB, "weights: reference", "presharded"),
+        ({}, {**CB, "is_block_kv_layout": True}, "block KV layout", "serving: vllm"),
     ],
 )
-def test_tgi_env_compose_and_nginx(
-    tmp_path: Path, tp: int, instance: str | None, replicas: int, devices_each: int
+def test_vllm_refuses_nxdi_bundles_it_would_mis_serve(
+    tmp_path: Path, overrides: dict[str, Any], neuron_config: dict[str, Any], words: str, hint: str
 ) -> None:
-    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=tp)
-    m = read_manifest(bundle)
-    files = _files(tmp_path, bundle, "tgi", instance_type=instance, port=9090)
+    bundle = _bundle(tmp_path, "nxdi", neuron_config=neuron_config, **overrides)
+    with pytest.raises(InvalidInputError, match=words) as caught:
+        render(bundle, "vllm")
+    assert caught.value.exit_code == 2 and hint in str(caught.value.hint)
 
-    env = _env(files[".env"])
-    seq = _seq(m)
-    assert env == {
-        "MODEL_ID": "/bundle/artifacts",
-        "HF_NUM_CORES": str(m.tp_degree),
-        "HF_AUTO_CAST_TYPE": m.profile["amp"],
-        "MAX_BATCH_SIZE": str(m.batch_size),
-        "MAX_INPUT_TOKENS": str(seq["max_context_length"]),
-        "MAX_TOTAL_TOKENS": str(seq["max_length"]),
-        "MAX_BATCH_PREFILL_TOKENS": str(m.batch_size * seq["max_context_length"]),
-    }
-    assert int(env["MAX_INPUT_TOKENS"]) < int(env["MAX_TOTAL_TOKENS"])  # TGI refuses otherwise
 
+def test_vllm_serves_a_batch_1_nxdi_bundle_without_continuous_batching(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "nxdi", neuron_config={}, batch_size=1)
+    argv = _exec_argv(_files(render(bundle, "vllm"))["serve.sh"])
+    assert _flags(argv)["--num-gpu-blocks-override"] == "1"
+
+
+# -- optimum-neuron's vLLM server -----------------------------------------------------------------
+
+
+def test_optimum_bundle_serves_with_optimum_cli_and_its_image(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", sequence=FULL, tp_degree=2, batch_size=8)
+    rendered = render(bundle, "vllm", DeployOptions(instance_type="inf2.24xlarge", bundle_path="/srv/b"))
+    assert rendered.image == "ghcr.io/huggingface/optimum-neuron-vllm:0.4.5"
+    files = _files(rendered)
     compose = yaml.safe_load(files["docker-compose.yml"])
-    services = compose["services"]
-    tgi = {name: s for name, s in services.items() if name.startswith("tgi-")}
-    assert len(tgi) == replicas
-    seen: set[str] = set()
-    for service in tgi.values():
-        devices = [d.split(":")[0] for d in service["devices"]]
-        assert all(re.fullmatch(r"/dev/neuron\d+", d) for d in devices)
-        assert all(d.split(":")[0] == d.split(":")[1] for d in service["devices"])
-        assert len(devices) == devices_each
-        assert not seen & set(devices), "device groups overlap"
-        seen |= set(devices)
-        assert service["env_file"] == [".env"]
-        assert service["volumes"] == [f"{bundle.absolute()}:/bundle:ro"]
-        assert "ports" not in service  # only nginx is published
-    assert devices_each * 2 >= m.tp_degree  # each replica has its tp cores (2 per inf2 device)
-    nginx = services["nginx"]
-    assert nginx["ports"] == ["9090:80"]
-    assert sorted(nginx["depends_on"]) == sorted(tgi)
-    assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in nginx["volumes"]
-
-    conf = files["nginx.conf"]
-    _nginx_blocks(conf)
-    upstream = re.search(r"upstream (\S+) \{(.*?)\}", conf, re.S)
-    assert upstream is not None
-    servers = re.findall(r"^\s*server (\S+?)(?::(\d+))?\s.*;$", upstream.group(2), re.M)
-    assert sorted(s[0] for s in servers) == sorted(tgi)
-    assert {s[1] for s in servers} == {"80"}
-    assert re.search(rf"proxy_pass http://{upstream.group(1)};", conf)
-    assert re.search(r"^\s*listen 80;$", conf, re.M)
+    replicas = {k: s for k, s in compose["services"].items() if k.startswith("vllm-")}
+    assert len(replicas) == 6
+    for service in replicas.values():
+        assert service["image"] == rendered.image
+        assert service["environment"] == {
+            "SM_ON_MODEL": "/bundle/artifacts",
+            "SM_ON_SERVED_MODEL_NAME": "meta-llama/Llama-3.1-8B",
+            "SM_ON_TENSOR_PARALLEL_SIZE": "2",
+            "SM_ON_BATCH_SIZE": "8",
+            "SM_ON_SEQUENCE_LENGTH": "4096",
+        }
+        assert service["volumes"] == ["/srv/b/model:/bundle/model:ro", "/srv/b/artifacts:/bundle/artifacts:ro"]
+    assert re.search(r"server vllm-0:8080 ", files["nginx.conf"])
+    argv = _exec_argv(files["serve.sh"])
+    assert argv[:3] == ["optimum-cli", "neuron", "serve"]
+    assert _flags(argv[3:])["--model"] == "/srv/b/artifacts"
 
 
-def test_tgi_replicas_option_and_limits(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=8)
-    files = _files(tmp_path, bundle, "tgi", instance_type="inf2.48xlarge", replicas=2)
-    assert len([s for s in yaml.safe_load(files["docker-compose.yml"])["services"] if s.startswith("tgi-")]) == 2
-    with pytest.raises(InvalidInputError, match="fits 1 to 3 replicas"):
-        render(bundle, "tgi", DeployOptions(instance_type="inf2.48xlarge", replicas=4))
-    with pytest.raises(InvalidInputError, match="needs 8 per replica"):
-        render(bundle, "tgi", DeployOptions(instance_type="inf2.8xlarge"))
-    with pytest.raises(InvalidInputError, match="compiled for inf2"):
-        render(bundle, "tgi", DeployOptions(instance_type="trn1.32xlarge"))
+def test_optimum_bundle_with_a_shorter_context_caps_vllm_at_it(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", sequence=SEQ)
+    files = _files(render(bundle, "vllm"))
+    env = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]["environment"]
+    assert env["SM_ON_SEQUENCE_LENGTH"] == "4096" and env["SM_ON_MAX_MODEL_LEN"] == "2048"
+    assert _flags(_exec_argv(files["serve.sh"])[3:])["--max-model-len"] == "2048"
 
 
-# -- TorchServe -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", ["vllm", "sagemaker"])
+def test_optimum_bundle_without_a_matching_image_is_refused_with_its_versions(tmp_path: Path, stack: str) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", toolchain={"optimum-neuron": "0.4.5", "neuronx-cc": "2.21.18209.0"})
+    with pytest.raises(InvalidInputError) as caught:
+        render(bundle, stack)
+    assert "optimum-neuron 0.4.5, neuronx-cc 2.21.18209.0" in str(caught.value)
+    assert "optimum-neuron 0.4.5 + neuronx-cc 2.21.33363.0" in str(caught.value.hint)
+    rendered = render(bundle, stack, DeployOptions(image="registry.example/my-optimum:0.4.5"))
+    assert rendered.image == "registry.example/my-optimum:0.4.5"
 
 
-def test_torchserve_model_config_and_archiver_command(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path, "transformers-neuronx", tp_degree=8, amp="fp16")
-    m = read_manifest(bundle)
-    files = _files(tmp_path, bundle, "torchserve")
-    config = yaml.safe_load(files["model-config.yaml"])
-    seq = _seq(m)
-    assert config["batchSize"] == m.batch_size
-    assert config["minWorkers"] == config["maxWorkers"] == 1
-    assert config["continuousBatching"] is True
-    assert isinstance(config["maxBatchDelay"], int) and isinstance(config["responseTimeout"], int)
-    handler = config["handler"]
-    assert handler == {
-        "model_path": "model",
-        "model_checkpoint_dir": "artifacts/checkpoint",
-        "model_module_prefix": "transformers_neuronx",
-        "model_class_name": "llama.model.LlamaForSampling",
-        "amp": "fp16",
-        "tp_degree": m.tp_degree,
-        "n_positions": seq["token_buckets"],
-        "context_length_estimate": seq["context_buckets"],
-        "max_length": seq["max_length"],
-        "max_new_tokens": seq["max_length"] - seq["max_context_length"],
-        "batch_size": m.batch_size,
-        "neuron_cc_flag": " ".join(m.hashed_inputs["compiler_flags"]),
+def test_the_image_table_is_consistent() -> None:
+    families = {i.family for i in image_table.IMAGES}
+    assert families == set(image_table.FAMILY_WORDS)
+    for image in image_table.IMAGES:
+        assert image_table.public(image.neuronx_cc) is not None
+        assert (image.optimum_neuron is None) == (image.family == "vllm-neuron")
+    tags = [i.image for i in image_table.IMAGES]
+    assert len(tags) == len(set(tags))
+
+
+# -- TGI -------------------------------------------------------------------------------------------
+
+
+def test_tgi_refuses_optimum_0_4_bundles_and_names_the_target_to_use(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron")
+    with pytest.raises(InvalidInputError, match=r"TGI.s neuron images ship optimum-neuron 0\.3\.0") as caught:
+        render(bundle, "tgi")
+    assert "--for vllm" in str(caught.value.hint)
+
+
+@pytest.mark.parametrize(
+    ("tp", "instance", "replicas"), [(2, "inf2.48xlarge", 12), (8, None, 1), (24, "inf2.48xlarge", 1)]
+)
+def test_tgi_serves_optimum_0_3_bundles(tmp_path: Path, tp: int, instance: str | None, replicas: int) -> None:
+    toolchain = {"optimum-neuron": "0.3.0", "neuronx-cc": "2.19.8089.0+8ab9f450"}
+    bundle = _bundle(tmp_path, "optimum-neuron", toolchain=toolchain, tp_degree=tp, sequence=FULL)
+    rendered = render(bundle, "tgi", DeployOptions(instance_type=instance, port=9090))
+    assert rendered.image == "ghcr.io/huggingface/text-generation-inference:3.3.7-neuron"
+    files = _files(rendered)
+    assert _env(files[".env"]) == {
+        "MODEL_ID": "/bundle/artifacts",
+        "HF_NUM_CORES": str(tp),
+        "HF_AUTO_CAST_TYPE": "bf16",
+        "MAX_BATCH_SIZE": "4",
+        "MAX_INPUT_TOKENS": "4095",  # max_length - 1: TGI requires it below the sequence length
+        "MAX_TOTAL_TOKENS": "4096",
+        "MAX_BATCH_PREFILL_TOKENS": str(4 * 4095),
     }
-    lines = [shlex.split(li) for li in files["archive.sh"].splitlines() if li.startswith("torch-model-archiver")]
-    assert len(lines) == 1
-    argv = lines[0]
-    assert argv[argv.index("--archive-format") + 1] == "no-archive"
-    assert argv[argv.index("--config-file") + 1] == "model-config.yaml"
-    name = argv[argv.index("--model-name") + 1]
-    assert name.endswith(m.config_hash[:12]) and re.fullmatch(r"[a-z0-9-]+", name)
-    copies = [shlex.split(li) for li in files["archive.sh"].splitlines() if li.startswith("cp ")]
-    assert [c[2:] for c in copies] == [
-        [f"{bundle.absolute()}/model", f"model_store/{name}/model"],
-        [f"{bundle.absolute()}/artifacts", f"model_store/{name}/artifacts"],
-    ]
+    services = yaml.safe_load(files["docker-compose.yml"])["services"]
+    assert len([s for s in services if s.startswith("tgi-")]) == replicas
+    assert services["nginx"]["ports"] == ["9090:80"]
+    assert files["nginx.conf"].count("server tgi-") == replicas
 
 
-# -- SageMaker ------------------------------------------------------------------------------------
+def test_tgi_input_cap_is_the_largest_context_bucket_when_shorter(tmp_path: Path) -> None:
+    toolchain = {"optimum-neuron": "0.3.0", "neuronx-cc": "2.19.8089.0"}
+    bundle = _bundle(tmp_path, "optimum-neuron", toolchain=toolchain, sequence=SEQ)
+    assert _env(_files(render(bundle, "tgi"))[".env"])["MAX_INPUT_TOKENS"] == "2048"
 
 
-def test_sagemaker_uncompressed_s3_model(tmp_path: Path) -> None:
-    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=2)
-    m = read_manifest(bundle)
-    files = _files(tmp_path, bundle, "sagemaker", s3_uri="s3://models/llama", role_arn="arn:aws:iam::1:role/sm")
+# -- SageMaker -------------------------------------------------------------------------------------
+
+
+def test_sagemaker_uses_the_vllm_container_for_optimum_0_4(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=2, sequence=FULL)
+    options = DeployOptions(s3_uri="s3://models/llama", role_arn="arn:aws:iam::1:role/sm", region="eu-west-1")
+    rendered = render(bundle, "sagemaker", options)
+    files = _files(rendered)
     model = json.loads(files["create-model.json"])
-    source = model["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]
-    assert source == {"S3Uri": "s3://models/llama/", "S3DataType": "S3Prefix", "CompressionType": "None"}
-    assert model["ExecutionRoleArn"] == "arn:aws:iam::1:role/sm"
-    env = model["PrimaryContainer"]["Environment"]
-    seq = _seq(m)
-    assert env["HF_MODEL_ID"] == "/opt/ml/model/artifacts" and "MODEL_ID" not in env
-    assert env["HF_NUM_CORES"] == str(m.tp_degree)
-    assert env["MAX_BATCH_SIZE"] == str(m.batch_size)
-    assert env["MAX_TOTAL_TOKENS"] == str(seq["max_length"])
-    assert env["MAX_INPUT_TOKENS"] == str(seq["max_context_length"])
-    assert env["HF_AUTO_CAST_TYPE"] == m.profile["amp"]
-    config = json.loads(files["create-endpoint-config.json"])
-    variant = config["ProductionVariants"][0]
-    assert variant["InstanceType"] == "ml.inf2.xlarge"  # the smallest inf2 with 2 NeuronCores
-    assert variant["ModelName"] == model["ModelName"] == config["EndpointConfigName"]
-    endpoint = json.loads(files["create-endpoint.json"])
-    assert endpoint["EndpointConfigName"] == config["EndpointConfigName"]
-    sync = shlex.split(files["deploy.sh"].splitlines()[4])
-    assert sync == ["aws", "s3", "sync", str(bundle.absolute()), "s3://models/llama/"]
-    explicit = _files(tmp_path, bundle, "sagemaker", instance_type="ml.inf2.48xlarge")
-    assert (
-        json.loads(explicit["create-endpoint-config.json"])["ProductionVariants"][0]["InstanceType"]
-        == "ml.inf2.48xlarge"
+    container = model["PrimaryContainer"]
+    assert container["Image"] == (
+        "763104351884.dkr.ecr.eu-west-1.amazonaws.com/huggingface-vllm-inference-neuronx:"
+        "0.11.0-optimum0.4.5-neuronx-py310-sdk2.26.1-ubuntu22.04"
     )
+    assert container["ModelDataSource"]["S3DataSource"] == {
+        "S3Uri": "s3://models/llama/",
+        "S3DataType": "S3Prefix",
+        "CompressionType": "None",
+    }
+    assert container["Environment"]["SM_ON_MODEL"] == "/opt/ml/model/artifacts"
+    assert container["Environment"]["SM_ON_BATCH_SIZE"] == "4"
+    assert not [k for k in container["Environment"] if not k.startswith("SM_ON_")]
+    variant = json.loads(files["create-endpoint-config.json"])["ProductionVariants"][0]
+    assert variant["InstanceType"] == "ml.inf2.xlarge"
+    assert 600 <= variant["ContainerStartupHealthCheckTimeoutInSeconds"] <= 3600
+    assert 60 <= variant["ModelDataDownloadTimeoutInSeconds"] <= 3600
+    assert "aws s3 sync" in files["deploy.sh"]
 
 
-# -- compatibility and the CLI --------------------------------------------------------------------
+def test_sagemaker_timeouts_grow_with_the_bundle() -> None:
+    from dataclasses import replace
+
+    from neuronc.deploy._values import ServingValues
+    from neuronc.deploy.sagemaker import timeouts
+
+    small = ServingValues(
+        bundle="/b", model_id="m", revision=None, backend="optimum-neuron", target="inf2", tp_degree=2,
+        batch_size=1, amp="bf16", max_length=64, max_context_length=64, context_buckets=(64,),
+        token_buckets=(64,), compiler_flags=(), config_hash="0" * 64, weights="presharded", toolchain={},
+    )  # fmt: skip
+    big = replace(small, bundle_bytes=20 * 1024**3)
+    assert timeouts(small) < timeouts(big) and timeouts(big)[1] == 600 + 60 * 20
+    assert timeouts(replace(small, bundle_bytes=500 * 1024**3)) == (3600, 3600)
+
+
+def test_sagemaker_refuses_optimum_0_3(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", toolchain={"optimum-neuron": "0.3.0", "neuronx-cc": "2.19.8089.0"})
+    with pytest.raises(InvalidInputError, match=r"0\.4\.x exports only") as caught:
+        render(bundle, "sagemaker")
+    assert "--for tgi" in str(caught.value.hint)
+
+
+# -- TorchServe ------------------------------------------------------------------------------------
+
+
+def test_torchserve_handler_keys_are_the_manifest_settings(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "transformers-neuronx", amp="fp16")
+    m = read_manifest(bundle)
+    files = _files(render(bundle, "torchserve"))
+    config = yaml.safe_load(files["model-config.yaml"])
+    handler = config["handler"]
+    assert set(handler) == set(HANDLER_KEYS)  # exactly the keys neuronc_tnx_handler.py reads
+    recorded = m.extra["transformers_neuronx"]["from_pretrained"]
+    assert {k: handler[k] for k in ("batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate")} == {
+        k: recorded[k] for k in ("batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate")
+    }
+    assert handler["amp"] == "f16" and handler["from_pretrained_extra"] == {"unroll": 4}
+    assert (handler["model_module"], handler["model_class"]) == ("transformers_neuronx.llama.model", "LlamaForSampling")
+    assert handler["longest_prompt"] == 2048 and handler["max_length"] == 4096
+    assert config["batchSize"] == 4 and config["minWorkers"] == config["maxWorkers"] == 1
+    assert "continuousBatching" not in config
+    assert files["neuronc_tnx_handler.py"].startswith('"""TorchServe handler for a neuronc')
+    archiver = [shlex.split(li) for li in files["archive.sh"].splitlines() if li.startswith("torch-model-archiver")]
+    assert _flags(archiver[0][1:])["--handler"] == "neuronc_tnx_handler.py"
+    routes = _scenario(files)["spec"]["backend"]["api_routes"]
+    assert routes["/v1/completions"] == f"predictions/{_flags(archiver[0][1:])['--model-name']}"
+
+
+def test_torchserve_module_paths_cover_every_class_the_backend_records() -> None:
+    from neuronc.backends.transformers_neuronx import MODEL_CLASSES
+    from neuronc.deploy.torchserve import TNX_MODULES
+
+    assert set(MODEL_CLASSES.values()) <= set(TNX_MODULES)
+    assert TNX_MODULES["GPTNeoXForSampling"] == "transformers_neuronx.gptneox.model"
+
+
+def test_torchserve_refuses_a_reference_weights_bundle(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "transformers-neuronx", weights="reference")
+    with pytest.raises(InvalidInputError, match="no checkpoint"):
+        render(bundle, "torchserve")
+
+
+# -- GuideLLM hand-off -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "stack", "toolchain", "prompt_cap", "total_cap"),
+    [
+        ("nxdi", "vllm", None, 2048, 2048),
+        ("optimum-neuron", "vllm", None, 2048, 2048),
+        ("optimum-neuron", "tgi", {"optimum-neuron": "0.3.0", "neuronx-cc": "2.19.8089.0"}, 2048, 4096),
+        ("optimum-neuron", "sagemaker", None, 2048, 2048),
+        ("transformers-neuronx", "torchserve", None, 2048, 4096),
+    ],
+)
+def test_every_target_writes_a_benchmark_sized_to_the_bundle(
+    tmp_path: Path, backend: str, stack: str, toolchain: dict[str, str] | None, prompt_cap: int, total_cap: int
+) -> None:
+    bundle = _bundle(tmp_path, backend, toolchain=toolchain)
+    files = _files(render(bundle, stack))
+    assert _exec_argv(files["benchmark.sh"])[:4] == ["guidellm", "run", "--scenario", "guidellm-scenario.json"]
+    spec = _scenario(files)["spec"]
+    [data] = spec["data"]
+    assert data["kind"] == "synthetic_text"
+    assert data["prompt_tokens"] <= data["prompt_tokens_max"] < prompt_cap
+    assert data["prompt_tokens_max"] + data["output_tokens_max"] < total_cap
+    assert spec["profile"]["kind"] == "sweep" and spec["profile"]["max_concurrency"] >= 4
+    assert spec["outputs"][0]["kind"] == "json"
+
+
+# -- compatibility, the CLI and writing ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -316,11 +461,11 @@ def test_sagemaker_uncompressed_s3_model(tmp_path: Path) -> None:
     [
         ("nxdi", "tgi", "--for vllm"),
         ("transformers-neuronx", "vllm", "--for torchserve"),
-        ("optimum-neuron", "torchserve", "--for tgi"),
+        ("optimum-neuron", "torchserve", "--for vllm"),
         ("nxdi", "sagemaker", "--for vllm"),
     ],
 )
-def test_stack_refuses_a_backend_it_cannot_load(tmp_path: Path, backend: str, stack: str, hint: str) -> None:
+def test_stack_refuses_a_backend_it_cannot_serve(tmp_path: Path, backend: str, stack: str, hint: str) -> None:
     bundle = _bundle(tmp_path, backend)
     with pytest.raises(InvalidInputError) as caught:
         render(bundle, stack)
@@ -330,18 +475,76 @@ def test_stack_refuses_a_backend_it_cannot_load(tmp_path: Path, backend: str, st
 def test_deploy_cli_writes_files_and_leaves_the_bundle_intact(tmp_path: Path, runner: CliRunner) -> None:
     bundle = _bundle(tmp_path, "optimum-neuron")
     out.reset()
-    result = runner.invoke(app, ["deploy", str(bundle), "--for", "tgi", "--out", str(tmp_path / "tgi"), "--json"])
+    target = tmp_path / "vllm"
+    result = runner.invoke(app, ["deploy", str(bundle), "--for", "vllm", "--out", str(target), "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert sorted(Path(f["path"]).name for f in data["files"]) == [".env", "docker-compose.yml", "nginx.conf"]
-    assert _env((tmp_path / "tgi" / ".env").read_text())["MAX_BATCH_SIZE"] == "4"
+    assert data["image"] == "ghcr.io/huggingface/optimum-neuron-vllm:0.4.5" and data["notes"] == []
+    names = sorted(Path(f["path"]).name for f in data["files"])
+    assert names == ["benchmark.sh", "docker-compose.yml", "guidellm-scenario.json", "nginx.conf", "serve.sh"]
+    assert sorted(p.name for p in target.iterdir()) == names  # no temporary files left behind
+    assert (target / "serve.sh").stat().st_mode & 0o111 and not (target / "nginx.conf").stat().st_mode & 0o111
     assert verify_bundle(bundle).ok  # nothing was written into the bundle
 
+
+def test_deploy_cli_says_plainly_what_is_wrong(tmp_path: Path, runner: CliRunner) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron")
     out.reset()
-    result = runner.invoke(app, ["deploy", str(bundle), "--for", "torchserve", "--out", str(tmp_path / "ts")])
+    result = runner.invoke(app, ["deploy", str(bundle), "--for", "k8s"])
     assert result.exit_code == 2
-    assert "--for torchserve cannot serve a bundle built with optimum-neuron" in result.stderr
+    assert (
+        "--for k8s: not a serving stack neuronc knows; choose one of vllm, tgi, torchserve, sagemaker" in result.stderr
+    )
+    assert "Value error" not in result.stderr and "is not one of" not in result.stderr
+    out.reset()
+    result = runner.invoke(app, ["deploy", str(bundle), "--for", "torchserve", "--json"])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)
+    assert error["exit_code"] == 2 and "--for vllm" in error["hint"]
     out.reset()
     result = runner.invoke(app, ["deploy", str(tmp_path / "nope"), "--for", "vllm"])
     assert result.exit_code == 2
-    assert (tmp_path / "serve.sh").exists() is False
+
+
+def test_deploy_of_a_cpu_bundle_gives_the_way_forward(tmp_path: Path, runner: CliRunner) -> None:
+    bundle = _bundle_cpu(tmp_path)
+    out.reset()
+    result = runner.invoke(app, ["deploy", str(bundle), "--for", "vllm", "--json"])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)
+    assert "neuronc run" in error["hint"] and "nxdi" in error["hint"]
+
+
+def _bundle_cpu(tmp_path: Path) -> Path:
+    spec = make_spec(backend="inductor", target="cpu", tp_degree=1, amp="fp32")
+    key = config_key(spec)
+    with BundleWriter(tmp_path / "cpu-bundle") as writer:
+        writer.write_bytes("artifacts/graph.pt2", b"x")
+        return writer.finish(
+            {"spec": spec, "config_key": key, "toolchain": {"neuronc": "0.1.0"}, "graphs": [], "extra": {}}
+        )
+
+
+def test_write_replaces_older_files_atomically(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "nxdi")
+    rendered = render(bundle, "vllm")
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "serve.sh").write_text("old")
+    write(rendered, target)
+    assert (target / "serve.sh").read_text() == _files(rendered)["serve.sh"]
+    assert not [p for p in target.iterdir() if p.name.startswith(".")]
+
+
+def test_deploy_does_not_import_a_cycle() -> None:
+    import subprocess
+    import sys
+
+    for module in (
+        "neuronc.deploy.vllm",
+        "neuronc.deploy.tgi",
+        "neuronc.deploy.torchserve",
+        "neuronc.deploy.sagemaker",
+    ):
+        code = f"import {module}, sys; assert 'torch' not in sys.modules"
+        subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,14 +16,9 @@ from typing import Any
 import pytest
 
 from neuronc.backends import get_backend
+from neuronc.backends._inductor_cache import cached_entry, graph_cache_key, sweep_tmp
+from neuronc.backends._inductor_format import isa_runs_here, missing_constants, weight_shapes
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, GraphSpec
-from neuronc.backends.inductor import (
-    _cached_entry,
-    graph_cache_key,
-    isa_runs_here,
-    missing_constants,
-    safetensors_header,
-)
 from neuronc.errors import InvalidInputError, VerificationError
 from neuronc.profile import parse_profile
 
@@ -111,10 +106,10 @@ def test_isa_compatibility() -> None:
 
 
 def test_missing_constants_from_safetensors_headers() -> None:
-    headers = safetensors_header(DEMO / "model.safetensors")
+    shapes = weight_shapes(DEMO / "model.safetensors")
     meta = {
         "constants": {
-            "model.lm_head.weight": {"keys": ["lm_head.weight"], "shape": [512, 64], "graph_owned": False},
+            "model.lm_head.weight": {"keys": ["lm_head.weight"], "shape": [1024, 80], "graph_owned": False},
             "model.model.norm.weight": {"keys": ["model.norm.weight"], "shape": [32], "graph_owned": False},
             "model.model.gone": {"keys": ["model.gone"], "shape": [1], "graph_owned": False},
             "model.model.rotary_emb.inv_freq": {
@@ -124,10 +119,10 @@ def test_missing_constants_from_safetensors_headers() -> None:
             },
         }
     }
-    problems = missing_constants(meta, headers)
+    problems = missing_constants(meta, shapes)
     assert problems == [
         "model.model.gone: no weight named model.gone",
-        "model.model.norm.weight: weight has shape [64], the graph expects [32]",
+        "model.model.norm.weight: weight has shape [80], the graph expects [32]",
     ]
 
 
@@ -138,16 +133,10 @@ def test_damaged_cache_entry_is_a_miss(tmp_path: Path) -> None:
     (tmp_path / "g.constants.safetensors").write_bytes(b"x")
     meta = {"cache_key": "k", "package_sha256": hashlib.sha256(b"package").hexdigest()}
     (tmp_path / "g.json").write_text(json.dumps(meta))
-    assert _cached_entry(tmp_path, "g", "k") == meta
-    assert _cached_entry(tmp_path, "g", "other-key") is None
+    assert cached_entry(tmp_path, "g", "k") == meta
+    assert cached_entry(tmp_path, "g", "other-key") is None
     (tmp_path / "g.pt2").write_bytes(b"packag")  # truncated
-    assert _cached_entry(tmp_path, "g", "k") is None
-
-
-def test_demo_model_regenerates_byte_identically() -> None:
-    from neuronc.demo import check
-
-    assert check(DEMO) == []
+    assert cached_entry(tmp_path, "g", "k") is None
 
 
 def test_prompts_file(tmp_path: Path) -> None:
@@ -285,7 +274,7 @@ def test_runtime_rejects_bad_inputs(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="largest context bucket of this bundle is 64"):
         runner.generate(list(range(3, 70)))
     with pytest.raises(InvalidInputError, match="token ids must be in"):
-        runner.generate([1, 512])
+        runner.generate([1, 1024])
     with pytest.raises(InvalidInputError, match="max_new_tokens"):
         runner.generate([1, 2], max_new_tokens=0)
     graph = runner.context_graph_for(10)
@@ -352,14 +341,12 @@ def test_bind_constants_reports_every_missing_or_wrong_constant() -> None:
 def test_stale_graph_cache_scratch_is_swept(tmp_path: Path) -> None:
     import os
 
-    from neuronc.backends.inductor import _sweep_tmp
-
     old, fresh = tmp_path / "old-build", tmp_path / "live-build"
     old.mkdir()
     fresh.mkdir()
     (old / "cte.pt2").write_bytes(b"partial")
     os.utime(old, (0, 0))
-    _sweep_tmp(tmp_path)
+    sweep_tmp(tmp_path)
     assert not old.exists() and fresh.exists()
 
 

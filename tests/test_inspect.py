@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from plugins.fake_backend import NAME, TESTS_DIR, VERSION_ENV, build_bundle, register
+from plugins.registry import unregister_backend
 from typer.testing import CliRunner
 
 from neuronc._output import out
-from neuronc.backends import unregister_backend_for_tests
 from neuronc.cli import app
 from neuronc.store import Store
 
@@ -23,7 +23,7 @@ from neuronc.store import Store
 def _fake_backend() -> Iterator[None]:
     register()
     yield
-    unregister_backend_for_tests(NAME)
+    unregister_backend(NAME)
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_against_env_verdicts(
 
 
 def test_against_env_with_unknown_backend_is_incompatible(runner: CliRunner, bundle: Path) -> None:
-    unregister_backend_for_tests(NAME)
+    unregister_backend(NAME)
     result = runner.invoke(app, ["verify", str(bundle), "--against-env"])
     assert result.exit_code == 5
     assert "backend not available here" in result.stderr

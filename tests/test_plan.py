@@ -13,9 +13,10 @@ from plugins.fake_backend import VERSION_ENV, build_bundle, register
 from typer.testing import CliRunner
 
 from neuronc._output import out
+from neuronc.ci import hf_cache_status
 from neuronc.cli import app
 from neuronc.errors import PreflightError
-from neuronc.plan import GIB, estimate, hf_cache_status, model_dims, preflight, smallest_fitting_tp
+from neuronc.preflight import GIB, estimate, model_dims, preflight, smallest_fitting_tp
 from neuronc.profile import load_profile
 from neuronc.store import Store
 
@@ -319,6 +320,8 @@ def test_plan_cli_exits_2_when_a_build_cannot_fit(tmp_path: Path, runner: CliRun
     assert result.exit_code == 2, result.output
     assert "cannot fit the target's memory per NeuronCore" in result.stderr
     assert "23.0 GiB per NeuronCore" in result.stderr
+    # The hint names the smallest tp degree that fits, as docs/ci.md says.
+    assert "raise tp_degree to 2" in " ".join(result.stderr.split())
 
     result = _invoke(runner, ["plan", str(tmp_path / "p.yaml"), "--json"])
     assert result.exit_code == 2
@@ -380,12 +383,12 @@ def test_plan_reports_store_hits_and_other_toolchains(
 
 def test_hf_cache_status_is_unknown_rather_than_a_crash(tmp_path: Path) -> None:
     spec = _spec(tmp_path, LLAMA_3_1_8B)
-    assert hf_cache_status(spec)["status"] == "unknown"
+    assert hf_cache_status(spec).status == "unknown"
     missing = hf_cache_status(spec, snapshot=tmp_path / "no-such-snapshot")
-    assert missing["status"] == "unknown"
-    assert "no such snapshot directory" in missing["detail"]
+    assert missing.status == "unknown"
+    assert missing.reason is not None and "no such snapshot directory" in missing.reason
     offline = hf_cache_status(spec, online=True)  # HF_HUB_OFFLINE=1 in tests: the Hub cannot be asked
-    assert offline["status"] == "unknown", offline
+    assert offline.status == "unknown", offline
 
 
 def test_plan_looks_builds_up_in_an_hf_cache_snapshot(repo_root: Path, tmp_path: Path, runner: CliRunner) -> None:

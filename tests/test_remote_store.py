@@ -20,18 +20,16 @@ from typer.testing import CliRunner
 from neuronc._output import out
 from neuronc.bundle import MANIFEST_NAME, read_manifest, verify_bundle
 from neuronc.cli import app
-from neuronc.errors import InvalidInputError, VerificationError
+from neuronc.errors import InvalidInputError, RemoteStoreError, VerificationError
 from neuronc.keys import config_key, toolchain_key
-from neuronc.remote_store import (
+from neuronc.store import (
     OBJECTS_DIR,
     RemoteStore,
-    RemoteStoreError,
+    Store,
     object_rel,
     open_store,
     parse_store_url,
-    probe,
 )
-from neuronc.store import Store
 
 # -- URL parsing and layout (no server) --------------------------------------------------------
 
@@ -78,7 +76,7 @@ def test_open_store_picks_local_or_remote(tmp_path: Path) -> None:
     assert isinstance(open_store(None), Store)
     remote = open_store("hf://acme/bundles", cache_dir=tmp_path / "cache")
     assert isinstance(remote, RemoteStore)
-    assert remote.root == "hf://acme/bundles"
+    assert remote.location == "hf://acme/bundles"
     with pytest.raises(InvalidInputError, match="unsupported scheme"):
         open_store("ftp://host/x")
 
@@ -100,7 +98,7 @@ def test_hf_layout_matches_local_store(tmp_path: Path) -> None:
     assert rel.split("/")[-1] == manifest.config_hash[:16]
     sha = manifest.files[0].sha256
     assert remote.url.repo_path(object_rel(sha)) == f"neuronc/{OBJECTS_DIR}/{sha[:2]}/{sha}"
-    assert remote._path(f"{rel}/{MANIFEST_NAME}") == f"datasets/acme/bundles@main/neuronc/{rel}/manifest.json"
+    assert remote.io.path(f"{rel}/{MANIFEST_NAME}") == f"datasets/acme/bundles@main/neuronc/{rel}/manifest.json"
 
 
 # -- a real S3 server ------------------------------------------------------------------------
@@ -131,7 +129,7 @@ def _raw_fs() -> Any:
 def test_publish_then_lookup_from_another_host(s3_env: str, tmp_path: Path) -> None:
     bundle = build_bundle(tmp_path / "bundle", shard_bytes=3 * 1024 * 1024)
     publisher = _remote(s3_env, tmp_path, "publisher-cache")
-    result = publisher.publish(bundle)
+    result = publisher.upload(bundle)
     assert result.status == "published"
     manifest = read_manifest(bundle)
     assert result.objects_uploaded == len({f.sha256 for f in manifest.files})
@@ -158,7 +156,7 @@ def test_publish_then_lookup_from_another_host(s3_env: str, tmp_path: Path) -> N
     assert reader.lookup(config, tool) == fetched
     assert {p: p.stat().st_mtime_ns for p in fetched.rglob("*") if p.is_file()} == before
     # Publishing the same bundle again uploads nothing.
-    again = publisher.publish(bundle)
+    again = publisher.upload(bundle)
     assert (again.status, again.objects_uploaded) == ("exists", 0)
 
 
@@ -178,7 +176,7 @@ def test_a_bundle_exists_only_once_its_manifest_is_there_and_its_objects_verify(
     fs.rm_file(manifest_path)
     assert store.locate(config, tool) is None
     assert store.lookup(config, tool) is None
-    assert probe(store, config, tool)["status"] == "miss"
+    assert store.probe(config, tool).status == "miss"
 
     # A manifest whose object is missing: not a bundle either.
     fs.pipe_file(manifest_path, raw)
@@ -203,7 +201,7 @@ def test_reader_verifies_hashes_and_keeps_nothing_corrupt(s3_env: str, tmp_path:
     bundle = build_bundle(tmp_path / "bundle")
     manifest = read_manifest(bundle)
     config, tool = _keys(bundle)
-    _remote(s3_env, tmp_path, "pub").publish(bundle)
+    _remote(s3_env, tmp_path, "pub").upload(bundle)
     fs = _raw_fs()
     shard = next(f for f in manifest.files if f.role == "weights")
     path = f"{s3_env}/ci/bundles/{object_rel(shard.sha256)}"
@@ -236,7 +234,7 @@ def test_concurrent_publishers_of_one_key_do_not_corrupt_each_other(s3_env: str,
         try:
             store = _remote(s3_env, tmp_path, f"cache{i}")
             barrier.wait()
-            results[i] = store.publish(bundles[i])
+            results[i] = store.upload(bundles[i])
         except BaseException as exc:
             errors.append(exc)
 
@@ -263,8 +261,8 @@ def test_readers_download_only_what_they_need(s3_env: str, tmp_path: Path) -> No
     a = build_bundle(tmp_path / "a", spec=make_spec(batch_size=1))
     b = build_bundle(tmp_path / "b", spec=make_spec(batch_size=4))
     publisher = _remote(s3_env, tmp_path, "pub")
-    publisher.publish(a)
-    result_b = publisher.publish(b)
+    publisher.upload(a)
+    result_b = publisher.upload(b)
     files_a = {f.sha256 for f in read_manifest(a).files}
     files_b = {f.sha256 for f in read_manifest(b).files}
     shared = files_a & files_b
@@ -285,7 +283,7 @@ def test_readers_download_only_what_they_need(s3_env: str, tmp_path: Path) -> No
     assert all(after[sha] == cached[sha] for sha in shared)  # not downloaded again
     # Probing (what `neuronc plan` does) downloads no object at all.
     fresh = _remote(s3_env, tmp_path, "probe-only")
-    assert probe(fresh, *_keys(b))["status"] == "hit"
+    assert fresh.probe(*_keys(b)).status == "hit"
     assert not (fresh.cache.root / OBJECTS_DIR).exists()
 
 
@@ -306,7 +304,10 @@ def test_store_writer_publishes_and_resumes_an_interrupted_upload(s3_env: str, t
     assert store.cache.lookup(config, tool) is not None  # built here, not yet published
 
     _raw_fs().mkdir(f"{s3_env}-missing")
-    found = store.lookup(config, tool)  # publishes the pending bundle, then returns it
+    assert store.lookup(config, tool) is None  # a lookup never writes to the store
+    assert store.probe(config, tool).status == "miss"
+    with store.lock(config, tool):  # the write path: the pending upload is finished under the key lock
+        found = store.lookup(config, tool)
     assert found is not None
     assert _remote(f"{s3_env}-missing", tmp_path, "other", prefix="x").locate(config, tool) is not None
     assert not list((store.cache.root / ".pending").iterdir())
@@ -328,9 +329,9 @@ def test_list_find_remove_and_gc(s3_env: str, tmp_path: Path) -> None:
     store.publish(b)
     listed = store.list()
     assert sorted(e.manifest.config_hash for e in listed) == sorted([_keys(a)[0], _keys(b)[0]])
-    assert all(e.url.startswith(f"s3://{s3_env}/ci/bundles/") for e in listed)
+    assert all(e.location.startswith(f"s3://{s3_env}/ci/bundles/") for e in listed)
     assert [e.manifest.config_hash for e in store.find(_keys(a)[0][:8])] == [_keys(a)[0]]
-    assert probe(store, _keys(a)[0], "0" * 64)["status"] == "other-toolchain"
+    assert store.probe(_keys(a)[0], "0" * 64).status == "other-toolchain"
 
     removed = store.remove(_keys(b)[0][:10])
     assert len(removed) == 1
@@ -339,7 +340,7 @@ def test_list_find_remove_and_gc(s3_env: str, tmp_path: Path) -> None:
     assert young.removed == [] and young.kept_young > 0
     report = store.gc(grace_seconds=0)
     only_b = {f.sha256 for f in read_manifest(b).files} - {f.sha256 for f in read_manifest(a).files}
-    assert {r["path"].rsplit("/", 1)[-1] for r in report.removed} == only_b
+    assert {r.path.rsplit("/", 1)[-1] for r in report.removed} == only_b
     assert report.bytes_freed == sum(f.size for f in read_manifest(b).files if f.sha256 in only_b)
     assert store.locate(*_keys(a)) is not None  # still complete
     with pytest.raises(InvalidInputError):

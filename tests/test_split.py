@@ -549,18 +549,20 @@ def test_kernel_copy_falls_back_to_buffered_copies(
         assert state["calls"] > 0
 
 
-def test_a_real_copy_error_is_raised_and_leaves_no_output(
+def test_a_real_copy_error_is_an_environment_error_and_leaves_no_output(
     models: dict[str, tuple[Path, dict[str, bytes]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import errno
+
+    from neuronc.errors import EnvironmentIncompatibleError
 
     def broken(*args: Any) -> int:
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "copy_file_range", broken)
-    with pytest.raises(OSError, match="Input/output error"):
-        split_checkpoint(models["llama"][0], tmp_path / "out", 2, hash=False)
-    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(EnvironmentIncompatibleError, match=r"out: the split failed writing its output: Input/output"):
+        split_checkpoint(models["llama"][0], tmp_path / "nested" / "out", 2, hash=False)
+    assert list(tmp_path.iterdir()) == []  # nor the parent directory the split created
 
 
 def test_source_that_shrinks_during_a_kernel_copy_is_a_checkpoint_error(tmp_path: Path) -> None:

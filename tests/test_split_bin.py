@@ -140,13 +140,13 @@ def test_split_of_a_bin_reads_no_tensor_through_torch(
 
     src, _ = llama_bin
     loads: list[Path] = []
-    real = reader._load_bin
+    real = reader.load_bin
 
-    def counting(path: Path) -> dict[str, Any]:
+    def counting(path: Path, *, display: str) -> dict[str, Any]:
         loads.append(path)
-        return real(path)
+        return real(path, display=display)
 
-    monkeypatch.setattr(reader, "_load_bin", counting)
+    monkeypatch.setattr(reader, "load_bin", counting)
     split_checkpoint(src, tmp_path / "w", 2, hash=False)
     assert loads == [src / "pytorch_model.bin"]  # once, while opening; no second load to read bytes
     assert check_split(tmp_path / "w").ok

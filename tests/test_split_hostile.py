@@ -13,93 +13,26 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _checkpoints import (
+    CONFIG,
+    SHAPES,
+    ST,
+    edit_header,
+    llama_tensors,
+    raw_header,
+    tiny_llama,
+    tiny_llama_sharded,
+    write_safetensors,
+)
 from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.checkpoint import split_checkpoint
 from neuronc.cli import app
 
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 16,
-    "intermediate_size": 32,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 1,
-    "vocab_size": 10,
-}
-SHAPES = {
-    "model.embed_tokens.weight": (10, 16),
-    "model.layers.0.self_attn.k_proj.weight": (8, 16),
-    "model.layers.0.self_attn.v_proj.weight": (8, 16),
-    "model.layers.0.self_attn.q_proj.weight": (16, 16),
-    "model.layers.0.self_attn.o_proj.weight": (16, 16),
-    "model.layers.0.mlp.gate_proj.weight": (32, 16),
-    "model.layers.0.mlp.up_proj.weight": (32, 16),
-    "model.layers.0.mlp.down_proj.weight": (16, 32),
-    "model.layers.0.input_layernorm.weight": (16,),
-    "model.layers.0.post_attention_layernorm.weight": (16,),
-    "model.norm.weight": (16,),
-    "lm_head.weight": (10, 16),
-}
-ST = "model.safetensors"
-
-
-def _tensors() -> dict[str, np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(0)
-    return {name: rng.standard_normal(shape).astype("<f4") for name, shape in SHAPES.items()}
-
-
-def _write_st(path: Path, tensors: dict[str, np.ndarray[Any, Any]]) -> None:
-    """A safetensors file written by hand (tensors back to back, in order), so tests control the layout."""
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, array in tensors.items():
-        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
-        offset += array.nbytes
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(a.tobytes() for a in tensors.values()))
-
-
-def _split_file(path: Path) -> tuple[dict[str, Any], bytes]:
-    raw = path.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8 : 8 + n]), raw[8 + n :]
-
-
-def _edit_header(path: Path, edit: Callable[[dict[str, Any]], object]) -> None:
-    header, data = _split_file(path)
-    edit(header)
-    raw = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
-
-
-def _raw_header(path: Path, raw: bytes) -> None:
-    _, data = _split_file(path)
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + data)
-
-
-def _base(model: Path) -> None:
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(CONFIG))
-    _write_st(model / ST, _tensors())
-
-
-def _sharded(model: Path) -> None:
-    """Two shards and an index, as save_pretrained writes them."""
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(CONFIG))
-    tensors = list(_tensors().items())
-    halves = {"model-00001-of-00002.safetensors": tensors[:6], "model-00002-of-00002.safetensors": tensors[6:]}
-    weight_map = {}
-    for file, part in halves.items():
-        _write_st(model / file, dict(part))
-        weight_map.update(dict.fromkeys((name for name, _ in part), file))
-    (model / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-
 
 def _set(path: Path, name: str, key: str, value: object) -> None:
-    _edit_header(path, lambda h: h[name].__setitem__(key, value))
+    edit_header(path, lambda h: h[name].__setitem__(key, value))
 
 
 class Evil:
@@ -124,7 +57,7 @@ def _bin(model: Path, payload: Callable[[], object]) -> None:
 def _bin_state() -> dict[str, Any]:
     import torch
 
-    return {name: torch.from_numpy(array) for name, array in _tensors().items()}
+    return {name: torch.from_numpy(array) for name, array in llama_tensors().items()}
 
 
 K, V = "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"
@@ -132,46 +65,46 @@ FIRST, LAST = "model.embed_tokens.weight", "lm_head.weight"
 
 # (id, build the broken model dir, the file the message must name, the problem it must state)
 CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
-    ("truncated", lambda m: _seq(_base(m), (m / ST).write_bytes((m / ST).read_bytes()[:-10])), ST, "truncated"),
-    ("too-short", lambda m: _seq(_base(m), (m / ST).write_bytes(b"\x01\x02\x03")), ST, "too short"),
+    ("truncated", lambda m: _seq(tiny_llama(m), (m / ST).write_bytes((m / ST).read_bytes()[:-10])), ST, "truncated"),
+    ("too-short", lambda m: _seq(tiny_llama(m), (m / ST).write_bytes(b"\x01\x02\x03")), ST, "too short"),
     (
         "header-past-eof",
-        lambda m: _seq(_base(m), (m / ST).write_bytes(struct.pack("<Q", 10**6) + b"{}")),
+        lambda m: _seq(tiny_llama(m), (m / ST).write_bytes(struct.pack("<Q", 10**6) + b"{}")),
         ST,
         "the header claims 1000000 bytes",
     ),
     (
         "header-length-absurd",
-        lambda m: _seq(_base(m), (m / ST).write_bytes(struct.pack("<Q", 2**50) + b"{}")),
+        lambda m: _seq(tiny_llama(m), (m / ST).write_bytes(struct.pack("<Q", 2**50) + b"{}")),
         ST,
         "not plausible",
     ),
-    ("header-not-json", lambda m: _seq(_base(m), _raw_header(m / ST, b"{not json")), ST, "not valid JSON"),
-    ("header-not-object", lambda m: _seq(_base(m), _raw_header(m / ST, b"[1, 2]")), ST, "not a JSON object"),
+    ("header-not-json", lambda m: _seq(tiny_llama(m), raw_header(m / ST, b"{not json")), ST, "not valid JSON"),
+    ("header-not-object", lambda m: _seq(tiny_llama(m), raw_header(m / ST, b"[1, 2]")), ST, "not a JSON object"),
     (
         "duplicate-key",
-        lambda m: _seq(_base(m), _raw_header(m / ST, b'{"a": {}, "a": {}}')),
+        lambda m: _seq(tiny_llama(m), raw_header(m / ST, b'{"a": {}, "a": {}}')),
         ST,
         "duplicate key 'a'",
     ),
-    ("unknown-dtype", lambda m: _seq(_base(m), _set(m / ST, K, "dtype", "Q4")), ST, "unknown dtype 'Q4'"),
+    ("unknown-dtype", lambda m: _seq(tiny_llama(m), _set(m / ST, K, "dtype", "Q4")), ST, "unknown dtype 'Q4'"),
     (
         "missing-keys",
-        lambda m: _seq(_base(m), _edit_header(m / ST, lambda h: h[K].pop("data_offsets"))),
+        lambda m: _seq(tiny_llama(m), edit_header(m / ST, lambda h: h[K].pop("data_offsets"))),
         ST,
         "exactly dtype, shape and data_offsets",
     ),
-    ("negative-dim", lambda m: _seq(_base(m), _set(m / ST, K, "shape", [-8, 16])), ST, "non-negative integers"),
+    ("negative-dim", lambda m: _seq(tiny_llama(m), _set(m / ST, K, "shape", [-8, 16])), ST, "non-negative integers"),
     (
         "offsets-disagree-with-shape",
-        lambda m: _seq(_base(m), _set(m / ST, K, "shape", [9, 16])),
+        lambda m: _seq(tiny_llama(m), _set(m / ST, K, "shape", [9, 16])),
         ST,
         "span 512 bytes, but F32 [9, 16] needs 576",
     ),
     (
         "overlap",
         lambda m: _seq(
-            _base(m), _edit_header(m / ST, lambda h: h[V].__setitem__("data_offsets", h[K]["data_offsets"]))
+            tiny_llama(m), edit_header(m / ST, lambda h: h[V].__setitem__("data_offsets", h[K]["data_offsets"]))
         ),
         ST,
         "overlap",
@@ -179,8 +112,8 @@ CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
     (
         "offsets-past-end",
         lambda m: _seq(
-            _base(m),
-            _edit_header(
+            tiny_llama(m),
+            edit_header(
                 m / ST, lambda h: h[LAST].__setitem__("data_offsets", [o + 4096 for o in h[LAST]["data_offsets"]])
             ),
         ),
@@ -189,26 +122,26 @@ CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
     ),
     (
         "trailing-bytes",
-        lambda m: _seq(_base(m), (m / ST).write_bytes((m / ST).read_bytes() + b"\0" * 16)),
+        lambda m: _seq(tiny_llama(m), (m / ST).write_bytes((m / ST).read_bytes() + b"\0" * 16)),
         ST,
         "16 unaccounted bytes after the last tensor",
     ),
     (
         "metadata-not-strings",
-        lambda m: _seq(_base(m), _edit_header(m / ST, lambda h: h.__setitem__("__metadata__", {"a": 1}))),
+        lambda m: _seq(tiny_llama(m), edit_header(m / ST, lambda h: h.__setitem__("__metadata__", {"a": 1}))),
         ST,
         "__metadata__ must map strings to strings",
     ),
     (
         "missing-shard",
-        lambda m: _seq(_sharded(m), (m / "model-00002-of-00002.safetensors").unlink()),
+        lambda m: _seq(tiny_llama_sharded(m), (m / "model-00002-of-00002.safetensors").unlink()),
         "model-00002-of-00002.safetensors",
         "missing shard",
     ),
     (
         "truncated-shard",
         lambda m: _seq(
-            _sharded(m),
+            tiny_llama_sharded(m),
             (m / "model-00002-of-00002.safetensors").write_bytes(
                 (m / "model-00002-of-00002.safetensors").read_bytes()[:100]
             ),
@@ -218,31 +151,31 @@ CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
     ),
     (
         "index-without-weight-map",
-        lambda m: _seq(_sharded(m), (m / "model.safetensors.index.json").write_text('{"metadata": {}}')),
+        lambda m: _seq(tiny_llama_sharded(m), (m / "model.safetensors.index.json").write_text('{"metadata": {}}')),
         "model.safetensors.index.json",
         "no 'weight_map'",
     ),
     (
         "index-not-json",
-        lambda m: _seq(_sharded(m), (m / "model.safetensors.index.json").write_text("{")),
+        lambda m: _seq(tiny_llama_sharded(m), (m / "model.safetensors.index.json").write_text("{")),
         "model.safetensors.index.json",
         "not valid JSON",
     ),
     (
         "index-path-traversal",
         lambda m: _seq(
-            _sharded(m),
+            tiny_llama_sharded(m),
             (m / "model.safetensors.index.json").write_text(
                 json.dumps({"weight_map": {FIRST: "../model.safetensors"}})
             ),
         ),
         "model.safetensors.index.json",
-        "outside the model directory",
+        "is outside the directory",
     ),
     (
         "index-lies-about-placement",
         lambda m: _seq(
-            _sharded(m),
+            tiny_llama_sharded(m),
             (m / "model.safetensors.index.json").write_text(
                 json.dumps({"weight_map": {LAST: "model-00001-of-00002.safetensors"}})
             ),
@@ -277,16 +210,16 @@ CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
         "",
         "no checkpoint found",
     ),
-    ("no-config", lambda m: _seq(_base(m), (m / "config.json").unlink()), "", "no config.json"),
+    ("no-config", lambda m: _seq(tiny_llama(m), (m / "config.json").unlink()), "", "no config.json"),
     (
         "config-not-json",
-        lambda m: _seq(_base(m), (m / "config.json").write_text("{")),
+        lambda m: _seq(tiny_llama(m), (m / "config.json").write_text("{")),
         "config.json",
         "not valid JSON",
     ),
     (
         "unknown-architecture",
-        lambda m: _seq(_base(m), (m / "config.json").write_text(json.dumps({**CONFIG, "model_type": "bert"}))),
+        lambda m: _seq(tiny_llama(m), (m / "config.json").write_text(json.dumps({**CONFIG, "model_type": "bert"}))),
         "",
         "cannot split architecture 'bert'",
     ),
@@ -295,15 +228,17 @@ CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
         lambda m: _seq(
             m.mkdir(),
             (m / "config.json").write_text(json.dumps(CONFIG)),
-            _write_st(m / ST, {**_tensors(), "model.layers.0.mlp.extra_proj.weight": np.zeros((4, 4), "<f4")}),
+            write_safetensors(
+                m / ST, {**llama_tensors(), "model.layers.0.mlp.extra_proj.weight": np.zeros((4, 4), "<f4")}
+            ),
         ),
         ST,
-        "match no llama partition rule, e.g. 'model.layers.0.mlp.extra_proj.weight'",
+        "1 tensor matches no llama partition rule, e.g. 'model.layers.0.mlp.extra_proj.weight'",
     ),
     (
         "shape-disagrees-with-config",
         lambda m: _seq(
-            _base(m),
+            tiny_llama(m),
             (m / "config.json").write_text(json.dumps({**CONFIG, "num_attention_heads": 3, "num_key_value_heads": 1})),
         ),
         ST,
@@ -335,7 +270,7 @@ def test_hostile_checkpoint_exits_2_naming_file_and_problem(
 
 def test_hostile_errors_in_json_mode_are_machine_readable(runner: CliRunner, tmp_path: Path) -> None:
     model = tmp_path / "model"
-    _base(model)
+    tiny_llama(model)
     _set(model / ST, K, "dtype", "Q4")
     out.reset()
     result = runner.invoke(app, ["split", str(model), "--tp", "2", "--out", str(tmp_path / "w"), "--json"])
@@ -347,7 +282,7 @@ def test_hostile_errors_in_json_mode_are_machine_readable(runner: CliRunner, tmp
 
 def test_unknown_architecture_lists_the_supported_ones(runner: CliRunner, tmp_path: Path) -> None:
     model = tmp_path / "model"
-    _base(model)
+    tiny_llama(model)
     (model / "config.json").write_text(json.dumps({**CONFIG, "model_type": "bert"}))
     out.reset()
     result = runner.invoke(app, ["split", str(model), "--tp", "2", "--out", str(tmp_path / "w")])
@@ -358,7 +293,7 @@ def test_unknown_architecture_lists_the_supported_ones(runner: CliRunner, tmp_pa
 def test_interrupted_split_leaves_nothing_behind(tmp_path: Path) -> None:
     """A failure in the middle of streaming (here: Ctrl-C from the progress callback) removes the staging directory."""
     model = tmp_path / "model"
-    _sharded(model)
+    tiny_llama_sharded(model)
 
     class Interrupting:
         def __init__(self) -> None:
@@ -391,7 +326,7 @@ def test_sharded_input_built_here_splits(tmp_path: Path) -> None:
     """Sanity check of the corpus's base: unbroken, it splits and checks clean."""
     from neuronc.checkpoint import check_split
 
-    for build in (_base, _sharded):
+    for build in (tiny_llama, tiny_llama_sharded):
         model = tmp_path / build.__name__
         build(model)
         split_checkpoint(model, tmp_path / f"{build.__name__}-w", 2)

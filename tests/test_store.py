@@ -1,11 +1,14 @@
-"""The bundle store: layout, lookup, lock, list, rm, gc, nearest."""
+"""The bundle store: layout, lookup, lock, list, rm, gc, nearest, verify and repair."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from plugins.fake_backend import FakeBackend, build_bundle, make_spec
+from typer.testing import CliRunner
 
 from neuronc.errors import InvalidInputError
 from neuronc.keys import config_key, toolchain_key, toolchain_label
@@ -159,11 +162,13 @@ def test_publish_copies_a_bundle_byte_for_byte(tmp_path: Path) -> None:
 
     store = Store(tmp_path / "store")
     source = build_bundle(tmp_path / "out")
-    stored = store.publish(source)
-    assert stored.is_relative_to(store.root)
+    published = store.publish(source)
+    stored = published.path
+    assert published.status == "published" and stored.is_relative_to(store.root)
     assert (stored / "manifest.json").read_bytes() == (source / "manifest.json").read_bytes()
     assert verify_bundle_ok(stored)
-    assert store.publish(source) == stored  # reused
+    again = store.publish(source)
+    assert (again.path, again.status) == (stored, "exists")  # reused
     store.remove(read_hash(stored))
     (source / "weights" / "rank0.safetensors").write_bytes(b"tampered")
     with pytest.raises(VerificationError, match="failed verification") as info:
@@ -176,3 +181,31 @@ def verify_bundle_ok(path: Path) -> bool:
     from neuronc.bundle import verify_bundle
 
     return verify_bundle(path).ok
+
+
+def test_store_verify_and_repair_a_damaged_local_bundle(tmp_path: Path, runner: CliRunner) -> None:
+    from neuronc._output import out
+    from neuronc.cli import app
+
+    store = Store(tmp_path / "store")
+    source = build_bundle(tmp_path / "source")
+    stored = store.publish(source).path
+    key = read_hash(stored)[:10]
+
+    def cli(*args: str) -> Any:
+        out.reset()
+        return runner.invoke(app, ["store", "verify", key, "--store", str(store.root), *args])
+
+    assert cli().exit_code == 0
+    (stored / "weights" / "rank0.safetensors").write_bytes(b"tampered")
+    result = cli("--json")
+    assert result.exit_code == 4
+    assert "weights/rank0.safetensors" in result.stdout and "--repair" in result.stderr
+    repaired = cli("--repair", "--from", str(source), "--json")
+    assert repaired.exit_code == 0, repaired.output
+    assert [b["action"] for b in json.loads(repaired.stdout)["bundles"]] == ["repaired"]
+    assert cli().exit_code == 0
+    (stored / "weights" / "rank0.safetensors").write_bytes(b"tampered again")
+    dropped = cli("--repair", "--json")
+    assert [b["action"] for b in json.loads(dropped.stdout)["bundles"]] == ["dropped"]
+    assert store.list() == []

@@ -16,8 +16,10 @@ from neuronc.errors import UnknownBackendError
 
 ENTRY_POINT_GROUP = "neuronc.backends"
 
-# Used only when neuronc runs from a source tree that was never installed (no dist metadata):
-# the same table pyproject.toml registers, so `python -m neuronc` from a checkout still works.
+# The same table pyproject.toml registers. It lets `python -m neuronc` run from a source tree that was
+# never installed (no dist metadata), and it is the fast path: a built-in name is found without
+# scanning every installed distribution's entry points (a store-hit compile never scans). A
+# plugin cannot take a built-in backend's name.
 _BUILTIN = {
     "inductor": "neuronc.backends.inductor:InductorBackend",
     "nxdi": "neuronc.backends.nxdi:NxdiBackend",
@@ -31,8 +33,13 @@ _BUILTIN = {
 def _entry_points() -> dict[str, EntryPoint]:
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     for name, value in _BUILTIN.items():
-        found.setdefault(name, EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
+        found[name] = EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
     return found
+
+
+def is_registered(name: str) -> bool:
+    """Whether a backend of this name exists (built-in names without reading package metadata)."""
+    return name in _BUILTIN or name in _entry_points()
 
 
 def backend_names() -> list[str]:
@@ -55,24 +62,17 @@ def unknown_backend_message(name: str) -> tuple[str, str]:
 @cache
 def get_backend(name: str) -> Backend:
     """Instantiate one backend by name; raises UnknownBackendError with a suggestion."""
-    eps = _entry_points()
-    if name not in eps:
-        message, hint = unknown_backend_message(name)
-        raise UnknownBackendError(message, hint=hint)
-    backend_cls = eps[name].load()
+    if name in _BUILTIN:
+        entry = EntryPoint(name=name, value=_BUILTIN[name], group=ENTRY_POINT_GROUP)
+    else:
+        eps = _entry_points()
+        if name not in eps:
+            message, hint = unknown_backend_message(name)
+            raise UnknownBackendError(message, hint=hint)
+        entry = eps[name]
+    backend_cls = entry.load()
     backend: Backend = backend_cls()
     return backend
-
-
-def register_backend_for_tests(name: str, value: str) -> None:
-    """Add an entry point at run time, as an installed plugin would (tests only)."""
-    _entry_points()[name] = EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP)
-    get_backend.cache_clear()
-
-
-def unregister_backend_for_tests(name: str) -> None:
-    _entry_points().pop(name, None)
-    get_backend.cache_clear()
 
 
 __all__ = [
@@ -84,4 +84,5 @@ __all__ = [
     "GraphSpec",
     "backend_names",
     "get_backend",
+    "is_registered",
 ]

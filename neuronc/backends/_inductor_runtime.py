@@ -1,16 +1,12 @@
-"""Run an inductor bundle: load the compiled graphs, bind one shared copy of the weights, generate.
-
-The runtime owns what the graphs do not: tokenisation, right padding to a context bucket, positions,
-one static KV cache shared by every graph (``[B, KVH, max_length, D]`` per layer, mutated in place
-by the graphs), the choice of graph per step, sampling and streaming.
+"""Load an inductor bundle into a runner: check the toolchain, load the packages, bind the weights.
 
 Safety rails (docs/inductor.md):
 
 - every constant a compiled graph asks for (``get_constant_fqns()``, non-persistent buffers such
   as rotary ``inv_freq`` included) is checked for presence, shape and dtype *before* it is bound:
   an unbound constant makes the first call segfault;
-- ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set before the packages load, and each call's inputs are
-  checked against the graph's recorded shapes and dtypes first, so a wrong shape is a Python error;
+- ``AOTI_RUNTIME_CHECK_INPUTS=1`` is set before the packages load, so AOTInductor itself rejects
+  wrong shapes and dtypes as well;
 - packages are tied to the torch build and the CPU ISA they were compiled with: both are checked.
 """
 
@@ -19,383 +15,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from neuronc.backends._inductor_format import GRAPH_FORMAT, INDEX_NAME, cpu_isa, isa_runs_here, weight_files
+from neuronc.backends._inductor_runner import DTYPES, InductorRunner, LoadedGraph
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN
-from neuronc.backends.inductor import GRAPH_FORMAT, INDEX_NAME, cpu_isa, isa_runs_here, weight_files
-from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, VerificationError
-
-_DTYPES: dict[str, Any] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-}
-
-StreamCallback = Callable[[str], None]
-
-
-@dataclass
-class Generation:
-    """One generated sequence and how long it took."""
-
-    prompt_ids: list[int]
-    tokens: list[int]
-    text: str
-    context_bucket: int
-    ttft_ms: float
-    ms_per_token: float | None
-    total_ms: float
-    stop_reason: str
-    logits: list[Any] = field(default_factory=list, repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": len(self.prompt_ids),
-            "context_bucket": self.context_bucket,
-            "tokens": self.tokens,
-            "text": self.text,
-            "generated_tokens": len(self.tokens),
-            "stop_reason": self.stop_reason,
-            "ttft_ms": round(self.ttft_ms, 3),
-            "ms_per_token": None if self.ms_per_token is None else round(self.ms_per_token, 3),
-            "total_ms": round(self.total_ms, 3),
-        }
-
-
-@dataclass
-class LoadedGraph:
-    name: str
-    role: str
-    batch: int
-    bucket: int
-    inputs: list[dict[str, Any]]
-    output: dict[str, Any]
-    model: Any = field(repr=False)
-
-
-class InductorRunner:
-    """A loaded bundle: ``generate()`` text or token ids; ``prefill``/``step`` for finer control."""
-
-    def __init__(
-        self,
-        bundle_dir: Path,
-        index: Mapping[str, Any],
-        graphs: list[LoadedGraph],
-        constants: dict[str, Any],
-        model_config: Mapping[str, Any],
-        eos_token_ids: frozenset[int],
-        load_seconds: float,
-        model_dir: Path | None = None,
-    ) -> None:
-        self.bundle_dir = bundle_dir
-        self.model_dir = model_dir if model_dir is not None else bundle_dir / "model"
-        self.index = dict(index)
-        self.graphs = graphs
-        self.model_config = dict(model_config)
-        self.eos_token_ids = eos_token_ids
-        self.load_seconds = load_seconds
-        self.dtype = _DTYPES[str(index["dtype"])]
-        self.batch_size = int(index["batch_size"])
-        self.max_length = int(index["max_length"])
-        self._constants = constants  # the graphs hold raw pointers into these (user_managed=True)
-        self._cte = sorted((g for g in graphs if g.role == ROLE_CONTEXT), key=lambda g: g.bucket)
-        self._tkg = sorted((g for g in graphs if g.role == ROLE_TOKEN), key=lambda g: g.bucket)
-        if not self._cte or not self._tkg:
-            raise BundleFormatError(f"{bundle_dir}: the bundle needs at least one context and one token graph")
-        kv_specs = [s for s in self._cte[0].inputs if s["name"][:2] in ("k_", "v_")]
-        self.kv = [torch.zeros(s["shape"], dtype=_DTYPES[s["dtype"]]) for s in kv_specs]
-        self._tokenizer: Any = None
-
-    # -- shapes ----------------------------------------------------------------------------------
-    @property
-    def context_buckets(self) -> list[int]:
-        return [g.bucket for g in self._cte]
-
-    @property
-    def token_buckets(self) -> list[int]:
-        return [g.bucket for g in self._tkg]
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self._cte[0].output["shape"][-1])
-
-    def context_graph_for(self, length: int) -> LoadedGraph:
-        """The smallest context bucket that holds ``length`` prompt tokens."""
-        for graph in self._cte:
-            if graph.bucket >= length:
-                return graph
-        largest = self._cte[-1].bucket
-        msg = f"the prompt is {length} tokens; the largest context bucket of this bundle is {largest}"
-        raise InvalidInputError(msg, hint="shorten the prompt, or compile with a larger sequence.context_buckets")
-
-    def token_graph_for(self, position: int) -> LoadedGraph:
-        """The smallest token bucket (KV window) that contains ``position``."""
-        for graph in self._tkg:
-            if position < graph.bucket:
-                return graph
-        msg = f"position {position} is past max_length {self.max_length}"
-        raise InvalidInputError(msg)
-
-    # -- tokenizer -------------------------------------------------------------------------------
-    @property
-    def has_tokenizer(self) -> bool:
-        model_dir = self.model_dir
-        return any((model_dir / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
-
-    @property
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            import transformers
-
-            auto: Any = transformers.AutoTokenizer
-            model_dir = self.model_dir
-            try:
-                self._tokenizer = auto.from_pretrained(str(model_dir), local_files_only=True)
-            except (OSError, ValueError) as exc:
-                msg = f"{model_dir}: cannot load the tokenizer: {exc}"
-                raise BundleFormatError(msg, hint="pass token ids instead of text") from None
-        return self._tokenizer
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text)["input_ids"])
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
-
-    # -- graph calls -----------------------------------------------------------------------------
-    def call(self, graph: LoadedGraph, *args: Any) -> Any:
-        """Call a graph after checking every input's shape and dtype against what it was compiled for."""
-        if len(args) != len(graph.inputs):
-            msg = f"graph {graph.name}: {len(args)} inputs given, {len(graph.inputs)} expected"
-            raise InvalidInputError(msg)
-        for value, spec in zip(args, graph.inputs, strict=True):
-            if not isinstance(value, torch.Tensor):
-                raise InvalidInputError(f"graph {graph.name}: input {spec['name']} is not a tensor")
-            if list(value.shape) != list(spec["shape"]) or value.dtype != _DTYPES[spec["dtype"]]:
-                got = f"{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-                msg = f"graph {graph.name}: input {spec['name']} is {got}, expected {spec['shape']} {spec['dtype']}"
-                raise InvalidInputError(msg)
-            if value.device.type != "cpu" or not value.is_contiguous():
-                raise InvalidInputError(f"graph {graph.name}: input {spec['name']} must be a contiguous CPU tensor")
-        return graph.model(*args)
-
-    def prefill(self, rows: Sequence[Sequence[int]]) -> tuple[Any, int]:
-        """Run the context graph for up to ``batch_size`` prompts; return (logits [B,V], bucket)."""
-        lengths = [len(r) for r in rows]
-        if not rows or len(rows) > self.batch_size:
-            raise InvalidInputError(f"give 1 to {self.batch_size} prompts, got {len(rows)}")
-        if min(lengths) < 1:
-            raise InvalidInputError("a prompt needs at least one token")
-        graph = self.context_graph_for(max(lengths))
-        bucket = graph.bucket
-        ids = torch.zeros((self.batch_size, bucket), dtype=torch.int64)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(list(row), dtype=torch.int64)
-        positions = torch.arange(bucket, dtype=torch.int64).repeat(self.batch_size, 1)
-        last = torch.zeros(self.batch_size, dtype=torch.int64)
-        last[: len(rows)] = torch.tensor(lengths, dtype=torch.int64) - 1
-        with torch.inference_mode():
-            logits = self.call(graph, ids, positions, last, *self.kv)
-        return logits, bucket
-
-    def step(self, tokens: Sequence[int], positions: Sequence[int]) -> Any:
-        """One token-generation step: token ``tokens[i]`` at ``positions[i]`` per row; logits [B,V]."""
-        if len(tokens) != len(positions) or not tokens or len(tokens) > self.batch_size:
-            raise InvalidInputError(f"give 1 to {self.batch_size} (token, position) pairs")
-        if min(positions) < 0:
-            raise InvalidInputError("positions must be >= 0")
-        graph = self.token_graph_for(max(positions))
-        ids = torch.zeros((self.batch_size, 1), dtype=torch.int64)
-        pos = torch.zeros((self.batch_size, 1), dtype=torch.int64)
-        ids[: len(tokens), 0] = torch.tensor(list(tokens), dtype=torch.int64)
-        pos[: len(positions), 0] = torch.tensor(list(positions), dtype=torch.int64)
-        with torch.inference_mode():
-            return self.call(graph, ids, pos, *self.kv)
-
-    def warmup(self) -> None:
-        """Call every graph once: the first call of an AOTInductor model pays one-time set-up costs.
-
-        The K/V it writes are never read: prefill rewrites positions 0..S-1 and decode masks
-        every position past its own.
-        """
-        for graph in self._cte:
-            ids = torch.zeros((self.batch_size, graph.bucket), dtype=torch.int64)
-            positions = torch.arange(graph.bucket, dtype=torch.int64).repeat(self.batch_size, 1)
-            last = torch.zeros(self.batch_size, dtype=torch.int64)
-            with torch.inference_mode():
-                self.call(graph, ids, positions, last, *self.kv)
-        for graph in self._tkg:
-            zeros = torch.zeros((self.batch_size, 1), dtype=torch.int64)
-            with torch.inference_mode():
-                self.call(graph, zeros, zeros.clone(), *self.kv)
-
-    # -- generation ------------------------------------------------------------------------------
-    def generate(
-        self,
-        prompt: str | Sequence[int],
-        max_new_tokens: int = 32,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        stream: StreamCallback | None = None,
-        *,
-        stop_at_eos: bool = True,
-        keep_logits: bool = False,
-    ) -> Generation:
-        """Generate from one prompt (text or token ids): greedy at temperature 0, else sampled."""
-        return self.generate_batch(
-            [prompt],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            stream=stream,
-            stop_at_eos=stop_at_eos,
-            keep_logits=keep_logits,
-        )[0]
-
-    def generate_batch(
-        self,
-        prompts: Sequence[str | Sequence[int]],
-        max_new_tokens: int = 32,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        stream: StreamCallback | None = None,
-        *,
-        stop_at_eos: bool = True,
-        keep_logits: bool = False,
-    ) -> list[Generation]:
-        """Generate for up to ``batch_size`` prompts of any lengths at once (rows stop independently).
-
-        ``stream`` receives the text of the first row as it is generated.
-        """
-        if max_new_tokens < 1:
-            raise InvalidInputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if temperature < 0:
-            raise InvalidInputError(f"temperature must be >= 0, got {temperature}")
-        rows = [self.encode(p) if isinstance(p, str) else [int(t) for t in p] for p in prompts]
-        for row in rows:
-            self.context_graph_for(len(row))  # a clear error past the largest context bucket
-            if len(row) >= self.max_length:
-                msg = f"the prompt is {len(row)} tokens; max_length {self.max_length} leaves no room to generate"
-                raise InvalidInputError(msg)
-            if any(t < 0 or t >= self.vocab_size for t in row):
-                raise InvalidInputError(f"token ids must be in [0, {self.vocab_size})")
-        budgets = [min(max_new_tokens, self.max_length - len(r)) for r in rows]
-        generator = torch.Generator()
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
-        streamer = _TextStream(self, stream) if stream is not None else None
-
-        started = time.perf_counter()
-        logits, bucket = self.prefill(rows)
-        picked = self._pick(logits, temperature, generator)
-        outputs: list[list[int]] = [[picked[i]] for i in range(len(rows))]
-        kept: list[list[Any]] = [[logits[i].clone()] if keep_logits else [] for i in range(len(rows))]
-        ttft = time.perf_counter() - started
-        stops = ["" for _ in rows]
-        if streamer is not None:
-            streamer.update(outputs[0])
-
-        def finished(i: int) -> bool:
-            if stop_at_eos and outputs[i][-1] in self.eos_token_ids:
-                stops[i] = stops[i] or "eos"
-                return True
-            if len(outputs[i]) >= budgets[i]:
-                stops[i] = stops[i] or ("max_new_tokens" if budgets[i] == max_new_tokens else "max_length")
-                return True
-            return False
-
-        step_seconds: list[float] = []
-        active = [not finished(i) for i in range(len(rows))]
-        while any(active):
-            step_started = time.perf_counter()
-            tokens = [outputs[i][-1] if active[i] else 0 for i in range(len(rows))]
-            # A row that is done idles at position 0 of its own cache: harmless, its output is ignored.
-            positions = [len(rows[i]) + len(outputs[i]) - 1 if active[i] else 0 for i in range(len(rows))]
-            logits = self.step(tokens, positions)
-            picked = self._pick(logits, temperature, generator)
-            for i in range(len(rows)):
-                if active[i]:
-                    outputs[i].append(picked[i])
-                    if keep_logits:
-                        kept[i].append(logits[i].clone())
-                    active[i] = not finished(i)
-            step_seconds.append(time.perf_counter() - step_started)
-            if streamer is not None:
-                streamer.update(outputs[0])
-        total = time.perf_counter() - started
-        if streamer is not None:
-            streamer.finish(outputs[0])
-
-        ms_per_token = 1000 * sum(step_seconds) / len(step_seconds) if step_seconds else None
-        has_tokenizer = any(isinstance(p, str) for p in prompts) or self.has_tokenizer
-        return [
-            Generation(
-                prompt_ids=rows[i],
-                tokens=outputs[i],
-                text=self.decode(outputs[i]) if has_tokenizer else "",
-                context_bucket=bucket,
-                ttft_ms=1000 * ttft,
-                ms_per_token=ms_per_token,
-                total_ms=1000 * total,
-                stop_reason=stops[i],
-                logits=kept[i],
-            )
-            for i in range(len(rows))
-        ]
-
-    def score(self, prompt_ids: Sequence[int], forced: Sequence[int]) -> list[Any]:
-        """Teacher-forced logits: step 0 from the prompt, step i after feeding ``forced[:i]``."""
-        if not forced:
-            return []
-        if len(prompt_ids) + len(forced) > self.max_length:
-            raise InvalidInputError(f"prompt + forced tokens exceed max_length {self.max_length}")
-        logits, _ = self.prefill([list(prompt_ids)])
-        result = [logits[0].clone()]
-        for i, token in enumerate(forced[:-1]):
-            logits = self.step([int(token)], [len(prompt_ids) + i])
-            result.append(logits[0].clone())
-        return result
-
-    @staticmethod
-    def _pick(logits: Any, temperature: float, generator: Any) -> list[int]:
-        if temperature == 0:
-            return [int(t) for t in torch.argmax(logits, dim=-1)]
-        probs = torch.softmax(logits.float() / temperature, dim=-1)
-        return [int(t) for t in torch.multinomial(probs, 1, generator=generator)[:, 0]]
-
-
-class _TextStream:
-    """Incremental detokenisation: emit only the new suffix, holding back an incomplete character."""
-
-    def __init__(self, runner: InductorRunner, callback: StreamCallback) -> None:
-        self._runner = runner
-        self._callback = callback
-        self._emitted = ""
-
-    def update(self, ids: Sequence[int], final: bool = False) -> None:
-        text = self._runner.decode(ids)
-        if not final and text.endswith("\ufffd"):
-            return
-        if text.startswith(self._emitted) and len(text) > len(self._emitted):
-            self._callback(text[len(self._emitted) :])
-            self._emitted = text
-
-    def finish(self, ids: Sequence[int]) -> None:
-        self.update(ids, final=True)
-
-
-# ------------------------------------------------------------------------------------------------
-# Loading
-# ------------------------------------------------------------------------------------------------
+from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, VerificationError
+from neuronc.model.files import read_model_config
 
 
 def read_index(bundle_dir: Path) -> dict[str, Any]:
@@ -428,6 +58,7 @@ def check_toolchain(index: Mapping[str, Any]) -> None:
 
 def load_weights(bundle_dir: Path) -> dict[str, Any]:
     """The bundle's weights (tp=1: one rank shard holding the full state dict), by checkpoint key."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     files = weight_files(bundle_dir / "weights") if (bundle_dir / "weights").is_dir() else []
@@ -437,7 +68,7 @@ def load_weights(bundle_dir: Path) -> dict[str, Any]:
     for path in files:
         try:
             state.update(load_file(str(path)))
-        except Exception as exc:  # safetensors raises its own error types
+        except (OSError, SafetensorError) as exc:
             raise VerificationError(f"{path}: cannot read weights: {exc}") from None
     return state
 
@@ -463,7 +94,7 @@ def bind_constants(
         if info is None:
             problems.append(f"{fqn}: the compiled graph needs it but its metadata does not list it")
             continue
-        expected_dtype = _DTYPES.get(info["dtype"])
+        expected_dtype = DTYPES.get(info["dtype"])
         if info.get("graph_owned"):
             slot = f"owned:{fqn}"
             tensor = owned.get(fqn)
@@ -506,6 +137,7 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
     check_toolchain(index)
     # Must be set before the packages load: AOTInductor then rejects wrong shapes and dtypes itself.
     os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
     from torch._inductor import package as aoti_package
 
@@ -520,7 +152,7 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
         try:
             meta = json.loads((artifacts / entry["meta"]).read_text(encoding="utf-8"))
             owned = load_file(str(artifacts / entry["constants"]))
-        except Exception as exc:
+        except (OSError, ValueError, SafetensorError) as exc:
             raise BundleFormatError(f"{artifacts}: graph {name} is incomplete: {exc}") from None
         package = artifacts / entry["package"]
         if not package.is_file():
@@ -541,7 +173,7 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
             )
         )
     del weights  # what the graphs use lives on in `shared`
-    model_config = _read_json(root / "model" / "config.json")
+    model_config = read_model_config(root / "model", required=False) or {}
     runner = InductorRunner(root, index, graphs, shared, model_config, eos_token_ids(root / "model"), 0.0)
     if warmup:
         runner.warmup()
@@ -550,8 +182,10 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
 
 
 def eos_token_ids(model_dir: Path) -> frozenset[int]:
-    for name in ("generation_config.json", "config.json"):
-        value = _read_json(model_dir / name).get("eos_token_id")
+    """The end-of-sequence ids from generation_config.json, else config.json (empty when neither says)."""
+    sources = [_generation_config(model_dir), read_model_config(model_dir, required=False) or {}]
+    for data in sources:
+        value = data.get("eos_token_id")
         if isinstance(value, int):
             return frozenset({value})
         if isinstance(value, list) and value:
@@ -559,12 +193,13 @@ def eos_token_ids(model_dir: Path) -> frozenset[int]:
     return frozenset()
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _generation_config(model_dir: Path) -> dict[str, Any]:
+    from neuronc.jsonfile import read_json_object
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_json_object(model_dir / "generation_config.json", what="generation_config.json")
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def eager_runner(
@@ -589,7 +224,7 @@ def eager_runner(
 
     root = Path(model_dir)
     config = graphs.load_config(root)
-    model = graphs.build_model(config, _DTYPES[dtype])
+    model = graphs.build_model(config, DTYPES[dtype])
     if state_dict is None:
         state: dict[str, Any] = {}
         for path in weight_files(root):
@@ -603,7 +238,7 @@ def eager_runner(
     for role, buckets in ((ROLE_CONTEXT, context_buckets), (ROLE_TOKEN, token_buckets)):
         for bucket in buckets:
             wrapper = graphs.wrapper_for(model, role, bucket)
-            specs = graphs.input_specs(config, role, batch_size, bucket, max_length, _DTYPES[dtype])
+            specs = graphs.input_specs(config, role, batch_size, bucket, max_length, DTYPES[dtype])
             output = {"shape": [batch_size, config.vocab_size], "dtype": "float32"}
             loaded.append(LoadedGraph(f"eager-{role}-{bucket}", role, batch_size, bucket, specs, output, wrapper))
     index = {"dtype": dtype, "batch_size": batch_size, "max_length": max_length, "format": GRAPH_FORMAT}

@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
         tmp = out_dir / f"{request['name']}.json.tmp"
         graphs.write_json(tmp, meta)
         tmp.replace(out_dir / f"{request['name']}.json")
-    except Exception:
+    except Exception:  # the process boundary: any failure is logged and becomes exit status 1
         traceback.print_exc()
         print(f"[neuronc] FAILED after {time.perf_counter() - started:.2f} s", flush=True)
         return 1

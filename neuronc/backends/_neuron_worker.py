@@ -1,6 +1,6 @@
 """Child-process entry point of a Neuron compile: ``python -m neuronc.backends._neuron_worker JOB RESULT``.
 
-The parent (``_neuron_common.run_isolated``) has already set the environment and the working
+The parent (``_neuron_isolated.run_isolated``) has already set the environment and the working
 directory, and sends stdout/stderr to the bundle's compile log. This process imports the SDK, runs
 the backend's ``compile_in_process`` and writes the result, or the error, as JSON.
 """
@@ -16,12 +16,13 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     job_file, result_file = Path(argv[0]), Path(argv[1])
     from neuronc.backends import get_backend
-    from neuronc.backends._neuron_common import EventSink, NeuronBackend, job_from_json, result_to_json
+    from neuronc.backends._neuron_common import NeuronBackend
+    from neuronc.backends._neuron_isolated import EVENTS_FILE, EventSink, job_from_json, result_to_json
     from neuronc.errors import NeuroncError
 
     data = json.loads(job_file.read_text(encoding="utf-8"))
     job = job_from_json(data)
-    job.progress = EventSink(job.work_dir / "neuronc-events.jsonl")
+    job.progress = EventSink(job.work_dir / EVENTS_FILE)
     backend = get_backend(data["backend"])
     if not isinstance(backend, NeuronBackend):
         result_file.write_text(json.dumps({"error": {"type": "TypeError", "message": "not a Neuron backend"}}))
@@ -39,7 +40,7 @@ def main(argv: list[str]) -> int:
         }
         result_file.write_text(json.dumps({"error": error}), encoding="utf-8")
         return 1
-    except BaseException as exc:
+    except Exception as exc:  # the process boundary: whatever the SDK raised is reported to the parent
         traceback.print_exc()
         error = {"type": type(exc).__name__, "message": str(exc)}
         result_file.write_text(json.dumps({"error": error}), encoding="utf-8")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -173,6 +175,8 @@ class Backend(Protocol):
 
     def tp_degree_problem(self, tp: int, target: str, degrees: Collection[int]) -> str: ...
 
+    def compiler_flags_problem(self) -> str: ...
+
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]: ...
 
     def availability(self) -> Availability: ...
@@ -183,21 +187,23 @@ class Backend(Protocol):
 
     def compile(self, job: CompileJob) -> CompileResult: ...
 
-    def load(self, bundle_dir: str | Path) -> Any: ...
+    def load(self, bundle_dir: str | os.PathLike[str]) -> Any: ...
 
     def load_snippet(self, bundle_dir: str) -> str | None: ...
 
 
-# Supported tensor-parallel degrees per target, from NxD Inference's API guide
-# (reference/neuron-apis.md §1.10): inf2.48xlarge has 24 NeuronCores, trn1.32xlarge 32,
-# trn2.48xlarge 64 logical cores at LNC=2 (128 physical at LNC=1).
+# The tensor-parallel degrees the Neuron runtime supports, per target (aws-neuron/aws-neuron-sdk
+# libraries/nxd-inference/api-guides/api-guide.rst, ``tp_degree``; the trn2 list is at LNC=2).
 NXD_TP_DEGREES: dict[str, frozenset[int]] = {
     "inf2": frozenset({1, 2, 4, 8, 24}),
     "trn1": frozenset({1, 2, 8, 16, 32}),
-    "trn2": frozenset(range(1, 65)),
+    "trn2": frozenset({1, 2, 4, 8, 16, 32, 64}),
 }
-TRN2_TP_DEGREES_LNC1 = frozenset(range(1, 129))
+# trn2 at LNC=1 (128 physical cores): not documented; the LNC=2 powers of two, extended to 128.
+TRN2_TP_DEGREES_LNC1 = frozenset({1, 2, 4, 8, 16, 32, 64, 128})
 MAX_CORES = {"inf2": 24, "trn1": 32, "trn2": 64}
+# Where a load snippet stored in a manifest says the bundle is; `inspect` shows the bundle's real path.
+BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
 HBM_BYTES_PER_CORE = {"inf2": 16 * 1024**3, "trn1": 16 * 1024**3, "trn2": 24 * 1024**3}
 
 
@@ -259,9 +265,46 @@ class BackendBase:
         """Why ``tp`` is refused on ``target`` (the profile loader puts it at ``tp_degree``)."""
         return f"{tp} is not supported on {target} by '{self.name}'; allowed: {format_ranges(degrees)}"
 
+    def compiler_flags_problem(self) -> str:
+        """Why ``compiler.flags`` is refused when ``compiler_flags_mode`` is NONE (at ``compiler.flags``)."""
+        return f"the {self.name} backend takes no compiler flags; remove compiler.flags"
+
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
-        """Backend-specific checks of a build that the profile schema cannot express."""
+        """Backend-specific checks of a build that the profile schema cannot express.
+
+        The profile loader calls this only for a build whose other fields, ``options`` included,
+        passed; each problem names the field it is about.
+        """
         return ()
+
+    def spec_problems(self, spec: BuildSpec) -> list[SpecProblem]:
+        """Everything the profile loader would say about this backend's part of ``spec``."""
+        problems: list[SpecProblem] = []
+        if self.options_model is not None:
+            from pydantic import ValidationError
+
+            try:
+                self.options_model.model_validate(spec.options)
+            except ValidationError as exc:
+                # check_spec reads the options through the model: it runs only on valid options.
+                return [SpecProblem(("options", *e["loc"]), e["msg"]) for e in exc.errors()]
+        if spec.compiler_flags and self.compiler_flags_mode is CompilerFlagsMode.NONE:
+            problems.append(SpecProblem(("compiler", "flags"), self.compiler_flags_problem()))
+        problems += self.check_spec(spec)
+        return problems
+
+    def ensure_valid(self, spec: BuildSpec) -> None:
+        """Raise InvalidInputError (exit 2) if ``spec`` is not a build this backend can compile.
+
+        Profiles are checked when they load; this guards BuildSpecs made in Python.
+        """
+        problems = self.spec_problems(spec)
+        if problems:
+            from neuronc.errors import InvalidInputError
+
+            details = [f"{'.'.join(str(p) for p in problem.path)}: {problem.message}" for problem in problems]
+            msg = f"{spec.label}: not a build the '{self.name}' backend can compile"
+            raise InvalidInputError(msg, details=details)
 
     def availability(self) -> Availability:
         versions = self.toolchain_versions()
@@ -288,6 +331,7 @@ class BackendBase:
         return versions
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
+        self.ensure_valid(spec)
         layout = {
             "presharded": f"{spec.tp_degree} rank shards in weights/",
             "on-load": "sharded from the bundled checkpoint when loaded",
@@ -301,7 +345,7 @@ class BackendBase:
         msg = f"backend '{self.name}' cannot compile here"
         raise BackendUnavailableError(msg, hint=self.install_hint)
 
-    def load(self, bundle_dir: str | Path) -> Any:
+    def load(self, bundle_dir: str | os.PathLike[str]) -> Any:
         from neuronc.errors import BackendUnavailableError
 
         msg = f"bundles of backend '{self.name}' cannot run here: neuronc has no runtime for them"
@@ -311,6 +355,39 @@ class BackendBase:
 
     def load_snippet(self, bundle_dir: str) -> str | None:
         return None
+
+
+# Flags that choose where libneuronxla's persistent cache lives; libneuronxla consumes them and
+# neuronx-cc never sees them (aws-neuron/aws-neuron-sdk
+# about-neuron/arch/neuron-features/neuron-caching.rst). They never change what is compiled.
+CACHE_LOCATION_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
+
+
+def applied_compiler_flags(
+    mode: CompilerFlagsMode, profile_flags: Sequence[str], environ: Mapping[str, str]
+) -> list[str]:
+    """The compiler flags a compile applies, as the backend's ``compiler_flags_mode`` says.
+
+    What the config hash should cover: profile flags where they reach the compiler, NEURON_CC_FLAGS
+    where the backend reads it, never the cache-location flags.
+    """
+    if mode is CompilerFlagsMode.NONE:
+        flags: list[str] = []
+    elif mode is CompilerFlagsMode.PROFILE:
+        flags = list(profile_flags)
+    else:
+        flags = [*profile_flags, *shlex.split(environ.get("NEURON_CC_FLAGS", ""))]
+    return [f for f in flags if not f.startswith(CACHE_LOCATION_FLAGS)]
+
+
+def check_import_reference(value: str, what: str) -> str:
+    """``value`` if it is ``module.path:Name``; the ValueError message says what was expected."""
+    module, sep, attribute = value.partition(":")
+    names = [*module.split("."), attribute]
+    if not sep or not all(name.isidentifier() for name in names):
+        msg = f"expected 'module:{what}'"
+        raise ValueError(msg)
+    return value
 
 
 def format_ranges(values: Collection[int]) -> str:

@@ -7,8 +7,13 @@ into ``artifacts/``; with ``weights: presharded`` NxDI also writes its own rank 
 ``artifacts/weights/tp{rank}_sharded_checkpoint.safetensors``. With ``on-load`` the checkpoint's
 safetensors go into ``artifacts/`` so NxDI's shard-on-load finds them there: NxDI reads weights
 from ``_name_or_path`` in neuron_config.json when that path exists, else from the directory given
-to the model constructor, and neuronc rewrites ``_name_or_path`` to the model id so that a bundle
-never points at the build host's disk (reference/neuron-apis.md §1.6-§1.7).
+to the model constructor (aws-neuron/neuronx-distributed-inference
+src/neuronx_distributed_inference/models/application_base.py ``checkpoint_loader_fn``), and
+neuronc rewrites ``_name_or_path`` to the model id so that a bundle never points at the build
+host's disk.
+
+``options.serving: vllm`` compiles the bundle the way the vllm-neuron plugin loads precompiled
+artifacts (``nxdi_serving.py``).
 """
 
 from __future__ import annotations
@@ -16,73 +21,134 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from neuronc.backends._neuron_common import (
-    BUNDLE_PLACEHOLDER,
-    NEURON_EXTRA_INDEX,
-    NeuronBackend,
+from pydantic import BaseModel, Field, create_model, field_validator
+
+from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, build_env, logical_nc_config
+from neuronc.backends._neuron_files import (
+    backend_extra,
     bundle_line,
     bundle_rel,
     copy_checkpoint,
     even_split,
     is_hub_id,
-    logical_nc_config,
+    model_type_for_checks,
     model_type_of,
-    read_manifest,
-    read_model_config,
 )
-from neuronc.backends.base import GIB, CompileJob, CompilePlan, CompileResult, HostRamModel
-from neuronc.errors import InvalidInputError
+from neuronc.backends._nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
+from neuronc.backends.base import (
+    GIB,
+    ROLE_CONTEXT,
+    CompileJob,
+    CompilePlan,
+    CompileResult,
+    CompilerFlagsMode,
+    GraphSpec,
+    HostRamModel,
+    SpecProblem,
+    check_import_reference,
+)
+from neuronc.backends.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hfcompat import legacy_rope_fields
+from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
-# model_type -> (module, class), from NxDI's own registries (utils/constants.py MODEL_TYPES and
-# inference_demo.py); text-only causal LMs.
+_MODELS = "neuronx_distributed_inference.models"
+# model_type -> (module, class), from NxD Inference's registry of causal LMs
+# (aws-neuron/neuronx-distributed-inference src/neuronx_distributed_inference/utils/constants.py
+# MODEL_TYPES, task "causal-lm"), text-only models.
 MODEL_CLASSES: dict[str, tuple[str, str]] = {
-    "llama": ("neuronx_distributed_inference.models.llama.modeling_llama", "NeuronLlamaForCausalLM"),
-    "mixtral": ("neuronx_distributed_inference.models.mixtral.modeling_mixtral", "NeuronMixtralForCausalLM"),
-    "dbrx": ("neuronx_distributed_inference.models.dbrx.modeling_dbrx", "NeuronDbrxForCausalLM"),
-    "qwen2": ("neuronx_distributed_inference.models.qwen2.modeling_qwen2", "NeuronQwen2ForCausalLM"),
-    "qwen3": ("neuronx_distributed_inference.models.qwen3.modeling_qwen3", "NeuronQwen3ForCausalLM"),
-    "qwen3_moe": ("neuronx_distributed_inference.models.qwen3_moe.modeling_qwen3_moe", "NeuronQwen3MoeForCausalLM"),
-    "gpt_oss": ("neuronx_distributed_inference.models.gpt_oss.modeling_gpt_oss", "NeuronGptOssForCausalLM"),
-    "llama4": ("neuronx_distributed_inference.models.llama4.modeling_llama4", "NeuronLlama4ForCausalLM"),
+    "llama": (f"{_MODELS}.llama.modeling_llama", "NeuronLlamaForCausalLM"),
+    "mistral": (f"{_MODELS}.mistral.modeling_mistral", "NeuronMistralForCausalLM"),
+    "mixtral": (f"{_MODELS}.mixtral.modeling_mixtral", "NeuronMixtralForCausalLM"),
+    "dbrx": (f"{_MODELS}.dbrx.modeling_dbrx", "NeuronDbrxForCausalLM"),
+    "qwen2": (f"{_MODELS}.qwen2.modeling_qwen2", "NeuronQwen2ForCausalLM"),
+    "qwen3": (f"{_MODELS}.qwen3.modeling_qwen3", "NeuronQwen3ForCausalLM"),
+    "qwen3_moe": (f"{_MODELS}.qwen3_moe.modeling_qwen3_moe", "NeuronQwen3MoeForCausalLM"),
+    "gpt_oss": (f"{_MODELS}.gpt_oss.modeling_gpt_oss", "NeuronGptOssForCausalLM"),
+}
+# Classes that are not in every NxD Inference release (the v0.6.10598 tag is Neuron SDK 2.26.1's):
+# gpt_oss arrived with v0.7.14366 (SDK 2.27), mistral after it (the main branch's SDK 2.29 sources).
+FIRST_RELEASE: dict[str, str] = {"gpt_oss": "0.7 (Neuron SDK 2.27)", "mistral": "the Neuron SDK 2.29 sources"}
+# Model types NxDI serves with more than one neuron config: neuronc builds one NeuronConfig per
+# bundle, so it refuses them with the reason.
+UNSUPPORTED_MODEL_TYPES: dict[str, str] = {
+    "llama4": (
+        "NxD Inference's Llama 4 (NeuronLlama4ForCausalLM) needs separate text and vision neuron configs "
+        "(Llama4InferenceConfig(text_neuron_config=..., vision_neuron_config=...)); neuronc builds one "
+        "NeuronConfig per bundle and does not compile llama4"
+    ),
 }
 
-# Keys under options.neuron_config that neuronc sets itself from the profile.
-_MANAGED = frozenset(
-    {
-        "tp_degree",
-        "batch_size",
-        "seq_len",
-        "max_length",
-        "max_context_length",
-        "torch_dtype",
-        "enable_bucketing",
-        "context_encoding_buckets",
-        "token_generation_buckets",
-        "save_sharded_checkpoint",
-        "logical_nc_config",
-        "logical_neuron_cores",
-        "target",
-    }
+# Keys under options.neuron_config that neuronc sets itself from the profile's own fields.
+MANAGED: dict[str, str] = {
+    "tp_degree": "tp_degree",
+    "batch_size": "batch_size",
+    "seq_len": "sequence.max_length",
+    "max_length": "sequence.max_length",
+    "max_context_length": "sequence.max_context_length",
+    "torch_dtype": "amp",
+    "enable_bucketing": "sequence.context_buckets / sequence.token_buckets",
+    "context_encoding_buckets": "sequence.context_buckets",
+    "token_generation_buckets": "sequence.token_buckets",
+    "save_sharded_checkpoint": "weights",
+    "logical_nc_config": "options.logical_nc_config",
+    "logical_neuron_cores": "options.logical_nc_config",
+    "target": "target",
+}
+
+# ``options.neuron_config``: any keyword argument NeuronConfig reads (values are NxDI's to check).
+NxdiNeuronConfig: type[StrictModel] = create_model(  # type: ignore[call-overload]
+    "NxdiNeuronConfig",
+    __base__=StrictModel,
+    __doc__="Extra NeuronConfig keyword arguments (e.g. fused_qkv: true); names as NxD Inference reads them.",
+    **{name: (Any, None) for name in sorted(NEURON_CONFIG_FIELDS | MOE_NEURON_CONFIG_FIELDS)},
 )
 
 
-def model_class_for(model_type: str, options: dict[str, Any] | None = None) -> tuple[str, str]:
+class NxdiOptions(StrictModel):
+    """``options:`` of the nxdi backend."""
+
+    logical_nc_config: Literal[1, 2] | None = Field(
+        default=None, description="logical NeuronCore size (default 2 on trn2, else 1)"
+    )
+    model_class: str | None = Field(
+        default=None, description="'module:Class' to use instead of the model_type's Neuron<Arch>ForCausalLM"
+    )
+    serving: Literal[SERVING_MODES] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="'vllm': compile the bundle as the vllm-neuron plugin loads precompiled artifacts",
+    )
+    neuron_config: NxdiNeuronConfig = Field(  # type: ignore[valid-type]
+        default_factory=NxdiNeuronConfig, description="extra NeuronConfig keyword arguments"
+    )
+
+    @field_validator("model_class")
+    @classmethod
+    def _model_class(cls, value: str | None) -> str | None:
+        return None if value is None else check_import_reference(value, "Class")
+
+
+def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
+    """The ``options.neuron_config`` keys the profile sets, as written."""
+    value = spec.options.get("neuron_config") or {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def model_class_for(model_type: str, model_class: str | None = None) -> tuple[str, str]:
     """The NxDI ``(module, class)`` for a checkpoint's model_type, or the ``model_class`` option."""
-    override = (options or {}).get("model_class")
-    if override:
-        module, sep, cls = str(override).partition(":")
-        if not sep or not module or not cls:
-            msg = f"options.model_class: expected 'module:Class', got {override!r}"
-            raise InvalidInputError(msg)
+    if model_class:
+        module, _, cls = model_class.partition(":")
         return module, cls
+    if model_type in UNSUPPORTED_MODEL_TYPES:
+        raise InvalidInputError(UNSUPPORTED_MODEL_TYPES[model_type], hint="set options.model_class: 'module:Class'")
     try:
         return MODEL_CLASSES[model_type]
     except KeyError:
@@ -98,8 +164,9 @@ def bucketing_enabled(spec: BuildSpec) -> bool:
 
 
 def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
-    """``NeuronConfig(**kwargs)`` for a BuildSpec (reference/neuron-apis.md §1.2)."""
+    """``NeuronConfig(**kwargs)`` for a BuildSpec (aws-neuron/neuronx-distributed-inference models/config.py)."""
     seq = spec.sequence
+    serving = spec.options.get("serving")
     kwargs: dict[str, Any] = {
         "tp_degree": spec.tp_degree,
         "batch_size": spec.batch_size,
@@ -107,7 +174,7 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
         "max_length": seq.max_length,
         "max_context_length": seq.max_context_length,
         "torch_dtype": spec.dtype,
-        "enable_bucketing": bucketing_enabled(spec),
+        "enable_bucketing": bucketing_enabled(spec) or serving is not None,
         "save_sharded_checkpoint": spec.weights == "presharded",
         "logical_nc_config": logical_nc_config(spec),
         "target": spec.target,
@@ -116,12 +183,9 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
         # Always explicit: NxDI's own defaults start at 128 and would not match the plan.
         kwargs["context_encoding_buckets"] = list(seq.context_buckets)
         kwargs["token_generation_buckets"] = list(seq.token_buckets)
-    extra = spec.options.get("neuron_config") or {}
-    clash = sorted(set(extra) & _MANAGED)
-    if clash:
-        msg = f"options.neuron_config sets {', '.join(clash)}, which come from the profile's own fields"
-        raise InvalidInputError(msg, hint="set tp_degree, batch_size, sequence.*, amp, weights or target instead")
-    kwargs.update(extra)
+    if serving is not None:
+        kwargs.update(serving_kwargs(serving, spec.batch_size))
+    kwargs.update(user_neuron_config(spec))
     return kwargs
 
 
@@ -132,7 +196,12 @@ class NxdiBackend(NeuronBackend):
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         4 * GIB, 2.0, 2 * GIB, False, "HLO generation holds ~2× the weights; neuronx-cc per graph"
     )
+    # NxD's ModelBuilder passes neuronx-cc only the model's own get_compiler_args(); nothing in NxD or
+    # NxDI reads NEURON_CC_FLAGS (aws-neuron/neuronx-distributed src/neuronx_distributed/trace/
+    # model_builder.py; aws-neuron/neuronx-distributed-inference models/model_wrapper.py).
+    compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "neuronx-distributed-inference"
+    options_model: ClassVar[type[BaseModel] | None] = NxdiOptions
     description: ClassVar[str] = "NxD Inference: NeuronConfig/InferenceConfig, Neuron<Arch>ForCausalLM.compile()"
     packages: ClassVar[tuple[str, ...]] = (
         "neuronx-cc",
@@ -154,40 +223,72 @@ class NxdiBackend(NeuronBackend):
         "neuronx-cc torch-neuronx neuronx-distributed neuronx-distributed-inference "
         "(the Neuron SDK is not on PyPI; use a Neuron DLAMI or DLC)"
     )
-    options_help: ClassVar[dict[str, str]] = {
-        "logical_nc_config": "logical NeuronCore size (default 2 on trn2, else 1)",
-        "neuron_config": "extra NeuronConfig keyword arguments, e.g. {fused_qkv: true}",
-        "model_class": "'module:Class' to use instead of the model_type's Neuron<Arch>ForCausalLM",
-    }
 
-    def check_spec_or_raise(self, spec: BuildSpec) -> None:
-        super().check_spec_or_raise(spec)
-        extra = spec.options.get("neuron_config")
-        if extra is not None and not isinstance(extra, dict):
-            msg = "options.neuron_config must be a mapping of NeuronConfig keyword arguments"
-            raise InvalidInputError(msg)
-        neuron_config_kwargs(spec)
+    def compiler_flags_problem(self) -> str:
+        return (
+            "the nxdi backend cannot apply compiler flags: NxD compiles with the model class's own "
+            "get_compiler_args() and reads no NEURON_CC_FLAGS; remove compiler.flags (NeuronConfig compiler "
+            "knobs such as cc_pipeline_tiling_factor go under options.neuron_config, or name a model class "
+            "that overrides get_compiler_args() in options.model_class)"
+        )
+
+    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
+        options = NxdiOptions.model_validate(spec.options)
+        problems = [
+            SpecProblem(("options", "neuron_config", key), f"set by neuronc from the profile's {field}; set it there")
+            for key, field in MANAGED.items()
+            if key in user_neuron_config(spec)
+        ]
+        if options.logical_nc_config == 2 and spec.target != "trn2":
+            problems.append(
+                SpecProblem(("options", "logical_nc_config"), f"LNC 2 exists on trn2 only, not {spec.target}")
+            )
+        model_type = model_type_for_checks(spec)
+        if options.model_class is None and model_type is not None:
+            if model_type in UNSUPPORTED_MODEL_TYPES:
+                problems.append(SpecProblem(("model", "id"), UNSUPPORTED_MODEL_TYPES[model_type]))
+            elif model_type not in MODEL_CLASSES:
+                known = ", ".join(sorted(MODEL_CLASSES))
+                msg = f"nxdi has no causal-LM class for model_type '{model_type}' (supported: {known})"
+                problems.append(SpecProblem(("model", "id"), msg + "; or set options.model_class: 'module:Class'"))
+        if options.serving is not None:
+            problems += serving_problems(options.serving, spec.batch_size, user_neuron_config(spec))
+        return problems
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
         plan = super().plan(spec)
+        kwargs = neuron_config_kwargs(spec)
+        ctx_batch = int(kwargs.get("ctx_batch_size", spec.batch_size))
+        graphs = tuple(GraphSpec(g.role, ctx_batch, g.bucket) if g.role == ROLE_CONTEXT else g for g in plan.graphs)
         layout = {
             "presharded": f"NxDI's {spec.tp_degree} rank shards in artifacts/weights/ (tp<rank>_sharded_checkpoint)",
             "on-load": "checkpoint safetensors in artifacts/, sharded by NxDI when loaded",
             "reference": "not in the bundle: pass the original checkpoint directory when loading",
         }[spec.weights]
-        return CompilePlan(graphs=plan.graphs, weights_layout=layout, notes=plan.notes)
+        notes = list(plan.notes)
+        if kwargs.get("is_continuous_batching"):
+            notes.append(f"continuous batching on: context encoding runs at batch {ctx_batch}")
+        if spec.options.get("serving"):
+            notes.append(f"compiled for serving with {spec.options['serving']} (vllm-neuron's NeuronConfig defaults)")
+        return CompilePlan(graphs=graphs, weights_layout=layout, notes=tuple(notes))
 
     def compile_env(self, job: CompileJob) -> dict[str, str]:
-        from neuronc.backends._neuron_common import build_env
-
         # NxDI lets NEURON_LOGICAL_NC_CONFIG override the config; pin it to the profile's value.
         extra = {"NEURON_LOGICAL_NC_CONFIG": str(logical_nc_config(job.spec))}
         return build_env(job.spec, job.env, job.work_dir, extra=extra)
 
     def compile_in_process(self, job: CompileJob) -> CompileResult:
         spec = job.spec
-        module_name, class_name = model_class_for(model_type_of(job.checkpoint_dir), spec.options)
-        model_cls = getattr(importlib.import_module(module_name), class_name)
+        options = NxdiOptions.model_validate(spec.options)
+        model_type = model_type_of(job.checkpoint_dir)
+        module_name, class_name = model_class_for(model_type, options.model_class)
+        try:
+            model_cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as exc:
+            since = FIRST_RELEASE.get(model_type)
+            msg = f"{module_name}:{class_name} is not in this NxD Inference ({exc})"
+            hint = f"{class_name} is in NxD Inference from {since}" if since else "check options.model_class"
+            raise EnvironmentIncompatibleError(msg, hint=hint) from None
         from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
 
         kwargs = neuron_config_kwargs(spec)
@@ -208,26 +309,25 @@ class NxdiBackend(NeuronBackend):
         _point_name_or_path_away(out / "neuron_config.json", spec)
         artifact = bundle_rel(job, out / "model.pt")
         extra = {
-            "load_snippet": self.load_snippet_for(spec, class_name, module_name),
+            "load_snippet": nxdi_load_snippet(BUNDLE_PLACEHOLDER, module_name, class_name, spec.weights),
             "nxdi": {
                 "model_class": f"{module_name}:{class_name}",
                 "neuron_config": kwargs,
+                "serving": options.serving,
                 "weights": spec.weights,
                 "checkpoint_files_in_artifacts": bundled,
             },
+            "neuron_env": recorded_env(),
             "timing": "one NxDI compile() call builds every graph; per-graph seconds are its total split evenly",
         }
         return CompileResult(graphs=even_split(job.plan.graphs, artifact, seconds), extra=extra)
 
-    def load_snippet_for(self, spec: BuildSpec, class_name: str, module_name: str) -> str:
-        return nxdi_load_snippet(BUNDLE_PLACEHOLDER, module_name, class_name, spec.weights)
-
     def load_snippet(self, bundle_dir: str) -> str | None:
-        manifest = read_manifest(bundle_dir)
-        info = (manifest.get("extra") or {}).get("nxdi") or {}
+        info = backend_extra(bundle_dir, "nxdi")
+        if not info:
+            return None
         module_name, _, class_name = str(info.get("model_class") or ":".join(MODEL_CLASSES["llama"])).partition(":")
-        weights = str(info.get("weights") or (manifest.get("profile") or {}).get("weights") or "presharded")
-        return nxdi_load_snippet(bundle_dir, module_name, class_name, weights)
+        return nxdi_load_snippet(bundle_dir, module_name, class_name, str(info.get("weights") or "presharded"))
 
 
 def nxdi_load_snippet(bundle_dir: str, module_name: str, class_name: str, weights: str) -> str:
@@ -263,7 +363,9 @@ def _with_legacy_rope(load_config: Callable[[Any], None], checkpoint_dir: Path) 
     AutoConfig, silently take the default 10000). The values come from config.json's own
     ``rope_parameters``; a config.json with ``rope_theta`` is left exactly as NxDI read it.
     """
-    legacy = legacy_rope_fields(read_model_config(checkpoint_dir))
+    from neuronc.model.files import read_model_config
+
+    legacy = legacy_rope_fields(read_model_config(checkpoint_dir) or {})
 
     def load(config: Any) -> None:
         load_config(config)

@@ -1,12 +1,12 @@
 """optimum-neuron backend: ``NeuronModelForCausalLM.export`` with the profile's shapes.
 
 Written against optimum-neuron 0.4.x, whose decoder backend is its own port of NxD Inference
-(reference/neuron-apis.md §4). The profile maps to the export arguments of
-``optimum-cli export neuron`` (``export_arguments``) and to the ``NxDNeuronConfig`` fields neuronc
-decides (``neuron_config_kwargs``); model-specific defaults (on-device sampling, fused QKV,
-continuous batching) come from optimum-neuron's own ``get_neuron_config``. The exported directory
-(``neuron_config.json``, ``config.json``, ``model.pt``, tokenizer, and the weights as the weights
-mode says) is ``artifacts/``: ``NeuronModelForCausalLM.from_pretrained``, TGI and
+(huggingface/optimum-neuron optimum/neuron/models/inference/). The profile maps to the arguments of
+``NeuronModelForCausalLM.get_neuron_config`` (``get_neuron_config_arguments``), which picks the
+model family's defaults (on-device sampling, fused QKV, continuous batching for batch > 1), and to
+the ``NxDNeuronConfig`` fields neuronc decides on top (``neuron_config_kwargs``). The exported
+directory (``neuron_config.json``, ``config.json``, ``model.pt``, tokenizer, and the weights as the
+weights mode says) is ``artifacts/``: ``NeuronModelForCausalLM.from_pretrained`` and
 ``optimum-cli neuron serve`` load it as it is.
 """
 
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends._neuron_common import (
-    BUNDLE_PLACEHOLDER,
-    NEURON_EXTRA_INDEX,
-    NeuronBackend,
+from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, platform_target
+from neuronc.backends._neuron_files import (
     bundle_line,
     bundle_rel,
     copy_checkpoint,
@@ -27,8 +27,8 @@ from neuronc.backends._neuron_common import (
     even_split,
     hub_revision_of,
     is_hub_id,
-    platform_target,
 )
+from neuronc.backends._optimum_fields import OptimumNeuronOptions
 from neuronc.backends.base import (
     GIB,
     ROLE_CONTEXT,
@@ -36,53 +36,50 @@ from neuronc.backends.base import (
     CompileJob,
     CompilePlan,
     CompileResult,
+    CompilerFlagsMode,
     GraphSpec,
     HostRamModel,
+    SpecProblem,
 )
-from neuronc.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from neuronc.spec import BuildSpec
 
-# NxDNeuronConfig fields neuronc sets from the profile; options.neuron_config may set the others.
-_MANAGED = frozenset(
-    {
-        "checkpoint_id",
-        "checkpoint_revision",
-        "batch_size",
-        "max_batch_size",
-        "sequence_length",
-        "max_context_length",
-        "tp_degree",
-        "torch_dtype",
-        "target",
-        "local_ranks_size",
-    }
-)
+# NxDNeuronConfig fields neuronc sets from the profile, and the profile field each comes from.
+MANAGED: dict[str, str] = {
+    "checkpoint_id": "model.id",
+    "checkpoint_revision": "model.revision",
+    "batch_size": "batch_size",
+    "max_batch_size": "batch_size",
+    "sequence_length": "sequence.max_length",
+    "max_context_length": "sequence.max_context_length",
+    "tp_degree": "tp_degree",
+    "torch_dtype": "amp",
+    "target": "target",
+    "local_ranks_size": "tp_degree",
+}
 
 
-def export_arguments(spec: BuildSpec) -> dict[str, Any]:
-    """The ``optimum-cli export neuron`` arguments for a BuildSpec (reference §4.1)."""
+def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
+    """The ``options.neuron_config`` fields the profile sets, as written."""
+    value = spec.options.get("neuron_config") or {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def get_neuron_config_arguments(spec: BuildSpec) -> dict[str, Any]:
+    """Keyword arguments of neuronc's ``NeuronModelForCausalLM.get_neuron_config(checkpoint, config=...)`` call."""
     return {
+        "instance_type": spec.target,
         "batch_size": spec.batch_size,
         "sequence_length": spec.sequence.max_length,
         "tensor_parallel_size": spec.tp_degree,
-        "instance_type": spec.target,
-        "torch_dtype": spec.dtype,
     }
 
 
-def export_command(spec: BuildSpec, output: str) -> str:
-    """The equivalent ``optimum-cli`` command line (for people reproducing a bundle by hand)."""
-    args = ["optimum-cli", "export", "neuron", "-m", spec.model.id]
-    for key, value in export_arguments(spec).items():
-        args += [f"--{key}", str(value)]
-    args.append(output)
-    return shlex.join(args)
-
-
 def neuron_config_kwargs(spec: BuildSpec, checkpoint_revision: str | None = None) -> dict[str, Any]:
-    """The ``NxDNeuronConfig`` keyword arguments neuronc decides (reference §4.3).
+    """The ``NxDNeuronConfig`` fields neuronc sets on what ``get_neuron_config`` returned.
 
     ``target`` is the normalised instance family optimum-neuron stores (inf2 and trn1n become trn1).
     ``checkpoint_id``/``checkpoint_revision`` name the Hub checkpoint for Hub models, which is what
@@ -99,26 +96,82 @@ def neuron_config_kwargs(spec: BuildSpec, checkpoint_revision: str | None = None
         "torch_dtype": spec.dtype,
         "target": platform_target(spec.target),
     }
-    extra = spec.options.get("neuron_config") or {}
-    clash = sorted(set(extra) & _MANAGED)
-    if clash:
-        msg = f"options.neuron_config sets {', '.join(clash)}, which come from the profile's own fields"
-        raise InvalidInputError(msg)
-    kwargs.update(extra)
+    kwargs.update(user_neuron_config(spec))
     return kwargs
 
 
 def continuous_batching(spec: BuildSpec) -> bool:
-    """optimum-neuron's Llama-family default: continuous batching whenever batch_size > 1."""
-    value = (spec.options.get("neuron_config") or {}).get("continuous_batching")
+    """optimum-neuron's decoder default: continuous batching whenever batch_size > 1."""
+    value = user_neuron_config(spec).get("continuous_batching")
     return bool(value) if value is not None else spec.batch_size > 1
+
+
+def export_command(spec: BuildSpec, output: str, config_dtype: str | None) -> tuple[str, list[str]]:
+    """The ``optimum-cli export neuron`` command closest to this build, and what it cannot express.
+
+    In 0.4.5 the CLI hands LLM exports to ``get_neuron_config`` with batch size, sequence length,
+    tensor-parallel size and instance type only (huggingface/optimum-neuron
+    optimum/exporters/neuron/__main__.py ``maybe_export_from_neuron_model_class``): the dtype comes
+    from the model's config.json (``--torch_dtype`` is dropped), context encoding runs at the full
+    sequence length, and no other NxDNeuronConfig field can be set.
+    """
+    args = ["optimum-cli", "export", "neuron", "-m", spec.model.id, "--task", "text-generation"]
+    for key, value in get_neuron_config_arguments(spec).items():
+        args += [f"--{key}", str(value)]
+    args.append(output)
+    cannot: list[str] = []
+    if config_dtype != spec.dtype:
+        cannot.append(
+            f"dtype {spec.dtype}: the CLI takes the dtype from the model's config.json ({config_dtype or 'unset'})"
+        )
+    if spec.sequence.max_context_length != spec.sequence.max_length:
+        cannot.append(
+            f"max_context_length {spec.sequence.max_context_length}: the CLI encodes context at the sequence "
+            f"length ({spec.sequence.max_length})"
+        )
+    for key in sorted(user_neuron_config(spec)):
+        cannot.append(f"neuron_config.{key}: the CLI sets no NxDNeuronConfig field beyond its shape arguments")
+    if spec.weights != "presharded":
+        cannot.append(
+            f"weights: {spec.weights}: the CLI saves a local checkpoint's weights pre-sharded (checkpoint/weights/)"
+        )
+    return shlex.join(args), cannot
+
+
+def reproduce_snippet(spec: BuildSpec, output: str) -> str:
+    """Python that repeats neuronc's export exactly (the calls ``compile_in_process`` makes)."""
+    arguments = ", ".join(f"{k}={v!r}" for k, v in get_neuron_config_arguments(spec).items())
+    overrides = {k: v for k, v in neuron_config_kwargs(spec).items() if k != "torch_dtype"}
+    save = "model.save_pretrained(output)" if spec.weights == "presharded" else 'model.save(output + "/")'
+    return "\n".join(
+        [
+            "import torch",
+            "from optimum.neuron import NeuronModelForCausalLM",
+            "from transformers import AutoConfig",
+            f"checkpoint, output = {spec.model.id!r}, {output!r}  # a local snapshot of the checkpoint",
+            "config = AutoConfig.from_pretrained(checkpoint).get_text_config()",
+            f"config.dtype = torch.{spec.dtype}",
+            f"neuron_config = NeuronModelForCausalLM.get_neuron_config(checkpoint, config=config, {arguments})",
+            f"for key, value in {overrides!r}.items():",
+            "    setattr(neuron_config, key, value)",
+            f"neuron_config.torch_dtype = torch.{spec.dtype}",
+            "model = NeuronModelForCausalLM.export(model_id=checkpoint, neuron_config=neuron_config, config=config, "
+            "load_weights=False)",
+            save,
+        ]
+    )
 
 
 class OptimumNeuronBackend(NeuronBackend):
     name: ClassVar[str] = "optimum-neuron"
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(4 * GIB, 2.0, 2 * GIB, False, "NxD tracing, as nxdi")
+    # optimum-neuron's NxD backend compiles with the model class's own get_compiler_args() and reads no
+    # NEURON_CC_FLAGS (huggingface/optimum-neuron v0.4.5
+    # optimum/neuron/models/inference/backend/pretrained_model.py, modules/decoder/modeling_decoder.py).
+    compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "optimum-neuron"
     uses_hf_neuron_cache: ClassVar[bool] = True
+    options_model: ClassVar[type[BaseModel] | None] = OptimumNeuronOptions
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"
     packages: ClassVar[tuple[str, ...]] = (
         "optimum-neuron",
@@ -134,30 +187,36 @@ class OptimumNeuronBackend(NeuronBackend):
         "pip install optimum-neuron, plus neuronx-cc, torch-neuronx and neuronx-distributed from "
         f"{NEURON_EXTRA_INDEX} (the Neuron SDK is not on PyPI)"
     )
-    options_help: ClassVar[dict[str, str]] = {
-        "neuron_config": "NxDNeuronConfig fields to override, e.g. {on_device_sampling: false}",
-    }
 
-    def check_spec_or_raise(self, spec: BuildSpec) -> None:
-        super().check_spec_or_raise(spec)
+    def compiler_flags_problem(self) -> str:
+        return (
+            "the optimum-neuron backend cannot apply compiler flags: its models compile with their own "
+            "get_compiler_args() and it reads no NEURON_CC_FLAGS; remove compiler.flags"
+        )
+
+    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         seq = spec.sequence
-        if seq.context_buckets != (seq.max_context_length,) or seq.token_buckets != (seq.max_length,):
-            msg = (
-                "optimum-neuron compiles one context-encoding graph at sequence.max_context_length and one "
-                "token-generation graph at sequence.max_length; it has no bucket lists"
-            )
-            raise InvalidInputError(msg, hint="remove sequence.context_buckets/token_buckets, or use the nxdi backend")
+        user = user_neuron_config(spec)
+        problems = [
+            SpecProblem(("options", "neuron_config", key), f"set by neuronc from the profile's {field}; set it there")
+            for key, field in MANAGED.items()
+            if key in user
+        ]
+        one_graph = "optimum-neuron compiles one graph at sequence.{}; it has no bucket lists (remove it, or use nxdi)"
+        if seq.context_buckets != (seq.max_context_length,):
+            problems.append(SpecProblem(("sequence", "context_buckets"), one_graph.format("max_context_length")))
+        if seq.token_buckets != (seq.max_length,):
+            problems.append(SpecProblem(("sequence", "token_buckets"), one_graph.format("max_length")))
         if spec.weights == "reference" and not is_hub_id(spec):
-            msg = "weights: reference needs a Hub model: optimum-neuron downloads the weights by checkpoint_id at load"
-            raise InvalidInputError(msg, hint="use weights: presharded or on-load for a local checkpoint")
-        extra = spec.options.get("neuron_config")
-        if extra is not None and not isinstance(extra, dict):
-            msg = "options.neuron_config must be a mapping of NxDNeuronConfig fields"
-            raise InvalidInputError(msg)
-        neuron_config_kwargs(spec)
+            msg = "reference needs a Hub model: optimum-neuron downloads the weights by checkpoint_id when loading"
+            problems.append(SpecProblem(("weights",), msg + "; use presharded or on-load for a local checkpoint"))
+        if (user.get("speculation_length") or 0) > 0 and user.get("on_device_sampling") is not False:
+            msg = "speculative decoding needs on_device_sampling: false (NxDNeuronConfig refuses both together)"
+            problems.append(SpecProblem(("options", "neuron_config", "speculation_length"), msg))
+        return problems
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
-        self.check_spec_or_raise(spec)
+        self.ensure_valid(spec)
         seq = spec.sequence
         # With continuous batching the context-encoding graph takes one sequence at a time.
         ctx_batch = 1 if continuous_batching(spec) else spec.batch_size
@@ -183,17 +242,11 @@ class OptimumNeuronBackend(NeuronBackend):
         ckpt = str(job.checkpoint_dir)
         dtype = getattr(torch, spec.dtype)
         config = AutoConfig.from_pretrained(ckpt).get_text_config()
+        config_dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "")
         # optimum-neuron 0.4 takes the dtype from the model config (not from --torch_dtype).
         config.dtype = dtype
-        args = export_arguments(spec)
-        neuron_config = NeuronModelForCausalLM.get_neuron_config(
-            ckpt,
-            config=config,
-            instance_type=args["instance_type"],
-            batch_size=args["batch_size"],
-            sequence_length=args["sequence_length"],
-            tensor_parallel_size=args["tensor_parallel_size"],
-        )
+        arguments = get_neuron_config_arguments(spec)
+        neuron_config = NeuronModelForCausalLM.get_neuron_config(ckpt, config=config, **arguments)
         managed = neuron_config_kwargs(spec, hub_revision_of(job.checkpoint_dir, spec))
         for key, value in managed.items():
             setattr(neuron_config, key, dtype if key == "torch_dtype" else value)
@@ -214,15 +267,19 @@ class OptimumNeuronBackend(NeuronBackend):
             if spec.weights == "on-load":
                 bundled = copy_checkpoint(job.checkpoint_dir, out, with_config=False)
         bundled += copy_tokenizer_files(job.checkpoint_dir, out)
+        command, cannot = export_command(spec, "<bundle>/artifacts", config_dtype.removeprefix("torch."))
         extra = {
             "load_snippet": optimum_load_snippet(BUNDLE_PLACEHOLDER),
             "optimum_neuron": {
-                "export_arguments": args,
-                "export_command": export_command(spec, "<bundle>/artifacts"),
+                "get_neuron_config": arguments,
                 "neuron_config": managed,
+                "export_command": command,
+                "export_command_cannot_express": cannot,
+                "reproduce": reproduce_snippet(spec, "<bundle>/artifacts"),
                 "weights": spec.weights,
                 "files_from_checkpoint": bundled,
             },
+            "neuron_env": recorded_env(),
             "timing": "one export() call builds both graphs; per-graph seconds are its total split evenly",
         }
         artifact = bundle_rel(job, out / "model.pt")
@@ -241,6 +298,6 @@ def optimum_load_snippet(bundle_dir: str) -> str:
             "from transformers import AutoTokenizer",
             'model = NeuronModelForCausalLM.from_pretrained(f"{bundle}/artifacts")',
             'tokenizer = AutoTokenizer.from_pretrained(f"{bundle}/artifacts")',
-            "# or serve it: optimum-cli neuron serve -m <bundle>/artifacts (TGI: MODEL_ID=<bundle>/artifacts)",
+            "# or serve it: optimum-cli neuron serve -m <bundle>/artifacts",
         ]
     )

@@ -4,35 +4,36 @@ Each graph of the plan (one per batch x sequence bucket) is traced with example 
 shape and saved with ``torch.jit.save`` as ``artifacts/<graph>.pt``; ``artifacts/torch_neuronx.json``
 lists the graphs so a server can route a padded batch to the smallest bucket that fits. Weights are
 inlined into each NEFF (``inline_weights_to_neff=True``, torch-neuronx's default), so a bundle is
-self-contained and ``weights: presharded`` is the only mode (reference/neuron-apis.md §3.1).
+self-contained and ``weights: presharded`` is the only mode (aws-neuron/aws-neuron-sdk
+frameworks/torch/torch-neuronx/api-reference-guide/inference/api-torch-neuronx-trace.rst).
 
 Compiler arguments go to ``trace(compiler_args=...)``: the profile's flags and NEURON_CC_FLAGS,
 an ``--auto-cast`` for the profile's amp unless the flags set one, and ``--target``. Whether trace
 also reads NEURON_CC_FLAGS is not documented, so the child process gets NEURON_CC_FLAGS with the
-cache-location flags only, and nothing is passed twice.
+cache-location flags only, and nothing is passed twice. Without a Neuron device of the target's
+family, ``trace(cpu_backend=True)`` compiles without running on a device.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import shlex
+import os
 import time
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends._neuron_common import (
-    BUNDLE_PLACEHOLDER,
+from pydantic import BaseModel, Field, field_validator
+
+from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_env import (
     NEURON_EXTRA_INDEX,
-    NeuronBackend,
-    build_env,
-    bundle_line,
-    bundle_rel,
+    cross_compiling,
     has_flag,
-    neuron_device_present,
+    host_platform,
     platform_target,
-    split_cache_flags,
 )
+from neuronc.backends._neuron_files import bundle_line, bundle_rel
 from neuronc.backends.base import (
     ENCODER_TASKS,
     GIB,
@@ -42,11 +43,14 @@ from neuronc.backends.base import (
     CompileJob,
     CompilePlan,
     CompileResult,
+    CompilerFlagsMode,
     GraphSpec,
     HostRamModel,
+    applied_compiler_flags,
+    check_import_reference,
 )
-from neuronc.errors import InvalidInputError
 from neuronc.hfcompat import transformers_major
+from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -68,11 +72,30 @@ DEFAULT_INPUTS = ("input_ids", "attention_mask")
 INDEX_FILE = "torch_neuronx.json"
 
 
-def compiler_args(spec: BuildSpec, environ: Mapping[str, str] | None = None) -> list[str]:
-    """``torch_neuronx.trace(compiler_args=...)`` for a BuildSpec."""
-    from neuronc.keys import effective_compiler_flags
+class TorchNeuronxOptions(StrictModel):
+    """``options:`` of the torch-neuronx backend."""
 
-    flags = effective_compiler_flags(spec, environ)
+    model_factory: str | None = Field(
+        default=None,
+        description="'module:function' called with the checkpoint directory, returning the module to trace",
+    )
+    inputs: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="names of the integer inputs, each [batch, bucket] (default [input_ids, attention_mask])",
+    )
+
+    @field_validator("model_factory")
+    @classmethod
+    def _factory(cls, value: str | None) -> str | None:
+        return None if value is None else check_import_reference(value, "function")
+
+
+def compiler_args(spec: BuildSpec, environ: Mapping[str, str] | None = None) -> list[str]:
+    """``torch_neuronx.trace(compiler_args=...)`` for a BuildSpec: the profile's flags and NEURON_CC_FLAGS."""
+    flags = applied_compiler_flags(
+        TorchNeuronxBackend.compiler_flags_mode, spec.compiler_flags, os.environ if environ is None else environ
+    )
     args = list(flags)
     if not has_flag(flags, "--auto-cast"):
         args += AUTO_CAST[spec.amp]
@@ -110,6 +133,9 @@ class TorchNeuronxBackend(NeuronBackend):
         2 * GIB, 2.0, 1 * GIB, False, "trace runs the eager model on the host"
     )
     toolchain_package: ClassVar[str | None] = "torch-neuronx"
+    # neuronc passes the profile's flags and NEURON_CC_FLAGS to trace(compiler_args=...) itself.
+    compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
+    options_model: ClassVar[type[BaseModel] | None] = TorchNeuronxOptions
     description: ClassVar[str] = "torch-neuronx: torch_neuronx.trace per bucket (encoders, custom models)"
     tasks: ClassVar[frozenset[str]] = ENCODER_TASKS | LLM_TASKS
     # Weights are inlined into every traced NEFF: the artifacts are the weights.
@@ -119,30 +145,13 @@ class TorchNeuronxBackend(NeuronBackend):
     install_hint: ClassVar[str | None] = (
         f"pip install --extra-index-url {NEURON_EXTRA_INDEX} torch-neuronx neuronx-cc (the Neuron SDK is not on PyPI)"
     )
-    options_help: ClassVar[dict[str, str]] = {
-        "model_factory": "'module:function' called with the checkpoint directory, returning the module to trace",
-        "inputs": "names of the integer inputs, each [batch, bucket] (default [input_ids, attention_mask])",
-    }
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         # trace compiles for one NeuronCore; tensor parallelism is NxD's parallel_model_trace.
         return frozenset({1})
 
-    def check_spec_or_raise(self, spec: BuildSpec) -> None:
-        super().check_spec_or_raise(spec)
-        factory = spec.options.get("model_factory")
-        if factory is not None and (not isinstance(factory, str) or ":" not in factory):
-            msg = f"options.model_factory: expected 'module:function', got {factory!r}"
-            raise InvalidInputError(msg)
-        inputs = spec.options.get("inputs")
-        if inputs is not None and (
-            not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs)
-        ):
-            msg = "options.inputs must be a non-empty list of input names"
-            raise InvalidInputError(msg)
-
     def plan(self, spec: BuildSpec) -> CompilePlan:
-        self.check_spec_or_raise(spec)
+        self.ensure_valid(spec)
         notes: tuple[str, ...] = ()
         if spec.model.task in LLM_TASKS:
             # A traced forward has no KV cache: one full-sequence graph per context bucket.
@@ -152,13 +161,6 @@ class TorchNeuronxBackend(NeuronBackend):
             graphs = super().plan(spec).graphs
         return CompilePlan(graphs=graphs, weights_layout="inlined into each traced NEFF in artifacts/", notes=notes)
 
-    def compile_env(self, job: CompileJob) -> dict[str, str]:
-        env = build_env(job.spec, job.env, job.work_dir)
-        # Flags travel in compiler_args; keep only the cache-location flags in the environment.
-        _, cache_flags = split_cache_flags(shlex.split(env["NEURON_CC_FLAGS"]))
-        env["NEURON_CC_FLAGS"] = shlex.join(cache_flags)
-        return env
-
     def compile_in_process(self, job: CompileJob) -> CompileResult:
         import torch
         import torch_neuronx
@@ -166,7 +168,8 @@ class TorchNeuronxBackend(NeuronBackend):
         spec = job.spec
         model = _load_model(spec, str(job.checkpoint_dir))
         calls = trace_calls(spec, job.plan.graphs)
-        cpu_host = not neuron_device_present()
+        # Without a device of the target's family, compile only (trace would load onto the device).
+        cpu_host = cross_compiling(spec, host_platform())
         task = job.progress.task(f"torch-neuronx: trace {len(calls)} graph(s)", total=len(calls))
         compiled: list[CompiledGraph] = []
         index = []
@@ -201,6 +204,7 @@ class TorchNeuronxBackend(NeuronBackend):
                 "model_factory": spec.options.get("model_factory"),
                 "cpu_backend": cpu_host,
             },
+            "neuron_env": recorded_env(),
         }
         return CompileResult(graphs=compiled, extra=extra)
 

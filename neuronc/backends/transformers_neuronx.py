@@ -6,7 +6,12 @@ TorchServe inf2 examples. The profile maps to ``from_pretrained`` keyword argume
 ``n_positions`` (the token-generation buckets) and ``context_length_estimate`` (the
 context-encoding buckets). ``save()`` writes one NEFF per compiled kernel, named by the hash of its
 HLO, into ``artifacts/neff/``; reloading needs the same transformers-neuronx version and kwargs
-(reference/neuron-apis.md §2).
+(aws-neuron/transformers-neuronx src/transformers_neuronx/base.py).
+
+transformers-neuronx reads NEURON_CC_FLAGS itself (src/transformers_neuronx/compiler.py), so the
+profile's compiler flags reach neuronx-cc through it, and always compiles for the trn1 platform
+(inf2 and trn1); on a host whose Neuron devices are of another family it compiles with
+``cpu_compile()`` instead of ``to_neuron()``.
 
 Weights: transformers-neuronx always shards at load (``to_neuron()``). ``presharded`` writes the
 checkpoint in the split format it loads lazily, tensor by tensor (``save_pretrained_split``'s
@@ -19,16 +24,18 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends._neuron_common import (
-    BUNDLE_PLACEHOLDER,
-    NEURON_EXTRA_INDEX,
-    NeuronBackend,
+from pydantic import BaseModel, Field, create_model
+
+from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, build_env, host_platform
+from neuronc.backends._neuron_files import (
     backend_extra,
     bundle_line,
     bundle_rel,
@@ -36,39 +43,125 @@ from neuronc.backends._neuron_common import (
     copy_checkpoint,
     copy_tokenizer_files,
     even_split,
+    model_type_for_checks,
     model_type_of,
-    neuron_device_present,
 )
-from neuronc.backends.base import GIB, MAX_CORES, CompileJob, CompilePlan, CompileResult, HostRamModel
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.backends.base import (
+    GIB,
+    MAX_CORES,
+    CompileJob,
+    CompilePlan,
+    CompileResult,
+    CompilerFlagsMode,
+    HostRamModel,
+    SpecProblem,
+    applied_compiler_flags,
+)
+from neuronc.errors import InvalidInputError
+from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
 AMP = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
 
-# model_type -> class exported at transformers_neuronx's top level (its NeuronAutoModelForCausalLM table).
+# model_type -> class exported at transformers_neuronx's top level (its NeuronAutoModelForCausalLM table),
+# for the classes that can save and reload their NEFFs (save(), load(), cpu_compile()).
 MODEL_CLASSES: dict[str, str] = {
     "bloom": "BloomForSampling",
     "code_llama": "LlamaForSampling",
     "gpt2": "GPT2ForSamplingWithContextBroadcasting",
-    "gpt_neox": "GPTNeoXForSampling",
-    "gptj": "GPTJForSampling",
     "llama": "LlamaForSampling",
     "mistral": "MistralForSampling",
     "mixtral": "MixtralForSampling",
     "opt": "OPTForSampling",
+}
+# GPTJForSampling and GPTNeoXForSampling derive from module.PretrainedModel, not base.NeuronModelBase:
+# they have no save(), load() or cpu_compile() (aws-neuron/transformers-neuronx src/transformers_neuronx/
+# gptj/model.py, gptneox/model.py), so their compiled kernels cannot be stored in a bundle.
+UNSUPPORTED_MODEL_TYPES: dict[str, str] = {
+    model_type: (
+        f"transformers-neuronx's {cls} has no save()/load(): its compiled kernels cannot be put in a bundle "
+        "(it compiles again at every to_neuron())"
+    )
+    for model_type, cls in (("gptj", "GPTJForSampling"), ("gpt_neox", "GPTNeoXForSampling"))
 }
 
 SPLIT_DIR = "pytorch_model.bin"
 KEY_TO_FILENAME = "key_to_filename.json"
 CHECKPOINT_DIR = "checkpoint"
 NEFF_DIR = "neff"
-_MANAGED = frozenset({"batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate"})
+_MANAGED = {
+    "batch_size": "batch_size",
+    "tp_degree": "tp_degree",
+    "amp": "amp",
+    "n_positions": "sequence.token_buckets",
+    "context_length_estimate": "sequence.context_buckets",
+    "neuron_config": "options.neuron_config",
+}
+# Keyword-only parameters of transformers_neuronx.NeuronConfig (aws-neuron/transformers-neuronx
+# src/transformers_neuronx/config.py at 1ade6d7, the repository's last sync, Dec 2024).
+NEURON_CONFIG_FIELDS = (
+    "sparse_attn",
+    "quant",
+    "kv_cache_quant",
+    "continuous_batching",
+    "attention_layout",
+    "collectives_layout",
+    "cache_layout",
+    "padding_side",
+    "group_query_attention",
+    "sequence_parallel_norm",
+    "sequence_parallel_norm_threshold",
+    "bf16_rms_norm",
+    "on_device_embedding",
+    "on_device_generation",
+    "all_reduce_dtype",
+    "cast_logits_dtype",
+    "fuse_qkv",
+    "qkv_tiling",
+    "weight_tiling",
+    "mlp_in_weight_tiling_permute_order",
+    "mlp_out_weight_tiling_permute_order",
+    "log_softmax_scores",
+    "shard_over_sequence",
+    "output_all_logits",
+    "attn_output_transposed",
+    "fused_rmsnorm_qkv",
+    "fused_rmsnorm_mlp",
+    "mlp_out_weight_transpose",
+    "fuse_mlp",
+    "is_eagle_target",
+    "is_eagle_draft",
+    "has_pre_attention_norm",
+    "compilation_worker_count",
+    "duplicate_q_weight_sos",
+)
+
+TnxNeuronConfig: type[StrictModel] = create_model(  # type: ignore[call-overload]
+    "TnxNeuronConfig",
+    __base__=StrictModel,
+    __doc__="transformers_neuronx.NeuronConfig keyword arguments (plain values).",
+    **{name: (Any, None) for name in NEURON_CONFIG_FIELDS},
+)
+
+
+class TnxOptions(StrictModel):
+    """``options:`` of the transformers-neuronx backend."""
+
+    from_pretrained: dict[str, Any] = Field(
+        default_factory=dict, description="extra from_pretrained keyword arguments, e.g. {unroll: 4}"
+    )
+    neuron_config: TnxNeuronConfig = Field(  # type: ignore[valid-type]
+        default_factory=TnxNeuronConfig,
+        description="transformers_neuronx.NeuronConfig keyword arguments, e.g. {fuse_qkv: true}",
+    )
 
 
 def model_class_for(model_type: str) -> str:
     """The ``transformers_neuronx`` class name for a checkpoint's model_type."""
+    if model_type in UNSUPPORTED_MODEL_TYPES:
+        raise InvalidInputError(UNSUPPORTED_MODEL_TYPES[model_type])
     try:
         return MODEL_CLASSES[model_type]
     except KeyError:
@@ -89,13 +182,14 @@ def from_pretrained_kwargs(spec: BuildSpec) -> dict[str, Any]:
         "n_positions": list(spec.sequence.token_buckets),
         "context_length_estimate": list(spec.sequence.context_buckets),
     }
-    extra = spec.options.get("from_pretrained") or {}
-    clash = sorted(set(extra) & _MANAGED)
-    if clash:
-        msg = f"options.from_pretrained sets {', '.join(clash)}, which come from the profile's own fields"
-        raise InvalidInputError(msg)
-    kwargs.update(extra)
+    kwargs.update(spec.options.get("from_pretrained") or {})
     return kwargs
+
+
+def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
+    """The ``options.neuron_config`` keys the profile sets, as written."""
+    value = spec.options.get("neuron_config") or {}
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 def sanitize_file_name(key: str) -> str:
@@ -144,6 +238,9 @@ class TransformersNeuronxBackend(NeuronBackend):
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )
     toolchain_package: ClassVar[str | None] = "transformers-neuronx"
+    # transformers-neuronx reads NEURON_CC_FLAGS at compile time; the profile's flags go there too.
+    compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
+    options_model: ClassVar[type[BaseModel] | None] = TnxOptions
     description: ClassVar[str] = "transformers-neuronx (deprecated by AWS): <Arch>ForSampling, to_neuron(), save()"
     targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1"})
     # transformers-neuronx pads attention heads to the tp degree (the TorchServe Llama-2-13B
@@ -161,23 +258,29 @@ class TransformersNeuronxBackend(NeuronBackend):
         f"pip install --extra-index-url {NEURON_EXTRA_INDEX} transformers-neuronx "
         "neuronx-cc torch-neuronx (last released with Neuron SDK 2.25)"
     )
-    options_help: ClassVar[dict[str, str]] = {
-        "from_pretrained": "extra from_pretrained keyword arguments, e.g. {unroll: 4}",
-        "neuron_config": "transformers_neuronx.NeuronConfig keyword arguments, e.g. {fuse_qkv: true}",
-    }
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         # Any degree up to the instance's core count (tp 12 on inf2.48xlarge is a documented setup).
         return frozenset(range(1, MAX_CORES.get(target, 1) + 1))
 
-    def check_spec_or_raise(self, spec: BuildSpec) -> None:
-        super().check_spec_or_raise(spec)
-        for key in ("from_pretrained", "neuron_config"):
-            value = spec.options.get(key)
-            if value is not None and not isinstance(value, dict):
-                msg = f"options.{key} must be a mapping of keyword arguments"
-                raise InvalidInputError(msg)
-        from_pretrained_kwargs(spec)
+    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
+        extra = spec.options.get("from_pretrained") or {}
+        problems = [
+            SpecProblem(("options", "from_pretrained", key), f"set by neuronc from the profile's {field}; set it there")
+            for key, field in _MANAGED.items()
+            if key in extra
+        ]
+        model_type = model_type_for_checks(spec)
+        if model_type in UNSUPPORTED_MODEL_TYPES:
+            problems.append(SpecProblem(("model", "id"), UNSUPPORTED_MODEL_TYPES[model_type]))
+        elif model_type is not None and model_type not in MODEL_CLASSES:
+            msg = f"transformers-neuronx has no sampling class for model_type '{model_type}'"
+            problems.append(SpecProblem(("model", "id"), f"{msg} (supported: {', '.join(sorted(MODEL_CLASSES))})"))
+        return problems
+
+    def compile_env(self, job: CompileJob) -> dict[str, str]:
+        flags = applied_compiler_flags(self.compiler_flags_mode, job.spec.compiler_flags, os.environ)
+        return build_env(job.spec, job.env, job.work_dir, compiler_flags=flags)
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
         plan = super().plan(spec)
@@ -207,7 +310,7 @@ class TransformersNeuronxBackend(NeuronBackend):
         tnx = importlib.import_module("transformers_neuronx")
         model_cls = getattr(tnx, class_name)
         kwargs = from_pretrained_kwargs(spec)
-        neuron_config_args = spec.options.get("neuron_config")
+        neuron_config_args = user_neuron_config(spec)
         if neuron_config_args:
             kwargs["neuron_config"] = tnx.NeuronConfig(**neuron_config_args)
         task = job.progress.task(
@@ -215,13 +318,12 @@ class TransformersNeuronxBackend(NeuronBackend):
         )
         start = time.monotonic()
         model = model_cls.from_pretrained(str(load_from), **kwargs)
-        if neuron_device_present():
+        # to_neuron() compiles and loads onto this host's devices; without devices of the trn1 family
+        # (inf2/trn1), cpu_compile() compiles only (transformers-neuronx base.py).
+        if host_platform() == "trn1":
             model.to_neuron()
-        elif hasattr(model, "cpu_compile"):
-            model.cpu_compile()
         else:
-            msg = "this transformers-neuronx has no cpu_compile(): compiling needs a Neuron device"
-            raise EnvironmentIncompatibleError(msg, hint="run neuronc compile on an inf2/trn1 instance")
+            model.cpu_compile()
         neff_dir = out / NEFF_DIR
         model.save(str(neff_dir))
         seconds = time.monotonic() - start
@@ -238,6 +340,7 @@ class TransformersNeuronxBackend(NeuronBackend):
                 "weights": spec.weights,
                 "neffs": neffs,
             },
+            "neuron_env": recorded_env(),
             "timing": "one compile builds every kernel; per-graph seconds are its total split evenly",
         }
         return CompileResult(graphs=even_split(job.plan.graphs, bundle_rel(job, neff_dir), seconds), extra=extra)

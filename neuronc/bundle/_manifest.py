@@ -17,6 +17,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from neuronc.errors import BundleFormatError
+from neuronc.errors import safe_text as safe_text  # re-exported: moved to errors, bundle modules import it here
 
 # -- versions ---------------------------------------------------------------------------------
 # MAJOR.MINOR. A minor bump only adds optional fields (older readers ignore them); a major bump is
@@ -289,13 +290,6 @@ def role_for(path: str) -> str:
     if path == "profile.yaml":
         return "profile"
     return _ROLE_BY_DIR.get(path.split("/", 1)[0], "other")
-
-
-def safe_text(value: object, limit: int = 200) -> str:
-    """A manifest value made safe to show: no control characters, bounded length."""
-    text = str(value)
-    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text[: limit * 2])
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def semantic_problems(manifest: Manifest) -> list[str]:

@@ -34,7 +34,7 @@ def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> di
     snippet = manifest.extra.get("load_snippet")
     if isinstance(snippet, str):
         # Backends store snippets with a placeholder path: show the bundle where it is now.
-        from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER
+        from neuronc.backends.base import BUNDLE_PLACEHOLDER
 
         snippet = snippet.replace(BUNDLE_PLACEHOLDER, str(Path(bundle_dir).resolve()))
     weights = manifest.weights

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import platform
-import resource
 import secrets
 import shutil
-import socket
 import stat
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
+from neuronc.bundle._fields import host_info, manifest_data
+from neuronc.bundle._files import HashingFile, disk_full_as_error
 from neuronc.bundle._fs import (
     CHUNK,
     LOCK_SUFFIX,
@@ -34,110 +30,22 @@ from neuronc.bundle._fs import (
 from neuronc.bundle._manifest import (
     BUNDLE_DIRS,
     MANIFEST_NAME,
-    SCHEMA_VERSION,
     FileEntry,
     Manifest,
     path_problem,
     role_for,
     semantic_problems,
 )
+from neuronc.bundle._publish import Published, PublishHook, PublishStatus
 from neuronc.errors import InvalidInputError
 
 SCRATCH = ".scratch"
-_FIELDS = frozenset(
-    {
-        "backend",
-        "target",
-        "profile",
-        "spec",
-        "config_key",
-        "config_hash",
-        "hashed_fields",
-        "hashed_inputs",
-        "toolchain",
-        "toolchain_key",
-        "graphs",
-        "shards",
-        "weights",
-        "stages",
-        "extra",
-        "created_at",
-        "host",
-        "neuronc_version",
-    }
-)
 
 
 class BundleExistsError(InvalidInputError):
     """The destination already holds something and overwriting was not asked for."""
 
     kind = "bundle_exists"
-
-
-class HashingFile:
-    """A binary file in staging that computes its SHA-256 while it is written."""
-
-    def __init__(self, writer: BundleWriter, rel: str, role: str, path: Path) -> None:
-        self._writer = writer
-        self.rel = rel
-        self.role = role
-        self.name = str(path)
-        self._file: BinaryIO = path.open("xb")
-        self._digest = hashlib.sha256()
-        self._size = 0
-        self.closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        self._digest.update(data)
-        self._size += len(data) if not isinstance(data, memoryview) else data.nbytes
-        return self._file.write(data)
-
-    def writelines(self, lines: Sequence[bytes]) -> None:
-        for line in lines:
-            self.write(line)
-
-    def tell(self) -> int:
-        return self._size
-
-    def fileno(self) -> int:
-        return self._file.fileno()
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False  # seeking back would invalidate the running hash
-
-    def close(self) -> None:
-        """Flush, fsync and record the file in the bundle."""
-        if self.closed:
-            return
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self.closed = True
-        self._writer._record(self.rel, self.role, self._size, self._digest.hexdigest())
-
-    def discard(self) -> None:
-        """Close and delete a partial file (used when the producer failed)."""
-        if not self.closed:
-            self._file.close()
-            self.closed = True
-            Path(self.name).unlink(missing_ok=True)
-
-    def __enter__(self) -> HashingFile:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.discard()
 
 
 class BundleWriter:
@@ -147,13 +55,17 @@ class BundleWriter:
         destination: where the finished bundle appears (a store path or an explicit output dir).
         overwrite: replace an existing bundle at ``destination`` (it moves aside first, then goes).
         work_dir: where staging lives; must be on the destination's filesystem (default: its parent).
+        on_publish: called with the sealed bundle at ``destination``; what it returns is ``published``
+            (a store uses it to upload the bundle). Without it the bundle is published where it lands.
+        expected_bytes: the bundle's expected size, if known: named in a full-disk error.
 
     ``path`` is the staging directory, with ``model/ weights/ artifacts/ deploy/ logs/`` ready. Files
     enter the bundle through ``open``, ``add_file``, ``write_bytes`` or ``adopt``; ``finish`` writes
     ``manifest.json`` last, fsyncs, and renames. Leaving the ``with`` block without ``finish`` (or on
     an exception) removes the staging directory. A process killed at any instant leaves either no
     bundle at ``destination`` or a complete one; its staging leftovers are swept by the next writer
-    for the same destination or by ``Store.gc``.
+    for the same destination or by ``Store.gc``. A full disk is a ``DiskFullError`` (exit 5) naming
+    the file, and the staging directory goes as on any other failure.
     """
 
     def __init__(
@@ -163,6 +75,8 @@ class BundleWriter:
         overwrite: bool = False,
         work_dir: str | os.PathLike[str] | None = None,
         name: str | None = None,
+        on_publish: PublishHook | None = None,
+        expected_bytes: int | None = None,
     ) -> None:
         if callable(destination):
             # Decided at finish from the manifest (a store places bundles by model and toolchain).
@@ -177,6 +91,9 @@ class BundleWriter:
             self.destination = Path(os.path.abspath(destination))
             label = self.destination.name
         self.overwrite = overwrite
+        self.expected_bytes = expected_bytes
+        self._on_publish = on_publish
+        self.published: Published | None = None  # set by finish
         if work_dir is not None:
             self.work_dir = Path(os.path.abspath(work_dir))
         else:
@@ -193,9 +110,14 @@ class BundleWriter:
         self._stages: list[dict[str, Any]] = []
         self._finished: Path | None = None
         self._closed = False
-        self.path, self._owner = self._make_staging()
-        for sub in BUNDLE_DIRS:
-            (self.path / sub).mkdir()
+        with disk_full_as_error(self.work_dir, expected_bytes):
+            self.path, self._owner = self._make_staging()
+            try:
+                for sub in BUNDLE_DIRS:
+                    (self.path / sub).mkdir()
+            except BaseException:
+                self.abort()
+                raise
 
     # -- staging ------------------------------------------------------------------------------
     def _make_staging(self) -> tuple[Path, OwnerLock]:
@@ -313,7 +235,8 @@ class BundleWriter:
                 if size is not None and size != actual:
                     msg = f"{rel_path}: producer reported {size} bytes, the file has {actual}"
                     raise ValueError(msg)
-            os.fsync(fd)
+            with disk_full_as_error(target, self.expected_bytes):
+                os.fsync(fd)
         finally:
             os.close(fd)
         return self._record(rel_path, role, actual, sha256.lower())
@@ -371,7 +294,11 @@ class BundleWriter:
         return manifest
 
     def finish(self, manifest_fields: Mapping[str, Any]) -> Path:
-        """Write manifest.json last, fsync everything, rename into place; return the bundle path."""
+        """Write manifest.json last, fsync everything, rename into place, publish; return the bundle path.
+
+        ``published`` then says what publishing did (a store's hook may find that another host won the
+        race for this key and put the published bundle at the returned path instead).
+        """
         self._check_open()
         try:
             self._adopt_unrecorded()
@@ -407,7 +334,7 @@ class BundleWriter:
             self.destination.parent.mkdir(parents=True, exist_ok=True)
             if not self.overwrite:
                 self._check_destination_free(self.destination)
-        with (self.path / MANIFEST_NAME).open("xb") as f:
+        with disk_full_as_error(self.path / MANIFEST_NAME, len(raw)), (self.path / MANIFEST_NAME).open("xb") as f:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
@@ -417,7 +344,12 @@ class BundleWriter:
         self._owner.release()
         assert self.destination is not None
         self._finished = self.destination
-        return self.destination
+        # The bundle is complete here; a hook that fails (an upload) leaves it in place to be retried.
+        if self._on_publish is not None:
+            self.published = self._on_publish(self.destination)
+        else:
+            self.published = Published(self.destination, PublishStatus.PUBLISHED, str(self.destination))
+        return self.published.path
 
     def _rename_into(self, dest: Path) -> None:
         """rename(staging, dest), recreating dest's parents if a concurrent gc removed them while empty."""
@@ -482,113 +414,20 @@ class BundleWriter:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process and its waited-for children, in bytes."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    scale = 1 if sys.platform == "darwin" else 1024  # Linux reports KiB
-    return max(own, children) * scale
+    """Peak resident set size of this process and its waited-for children, in bytes (0 if unknown)."""
+    from neuronc.resources import children_peak_rss_bytes
+    from neuronc.resources import peak_rss_bytes as own_peak
+
+    return max(own_peak() or 0, children_peak_rss_bytes() or 0)
 
 
-def host_info() -> dict[str, str]:
-    return {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-    }
-
-
-def manifest_data(
-    fields: Mapping[str, Any], files: Mapping[str, FileEntry], recorded_stages: Sequence[Mapping[str, Any]] = ()
-) -> dict[str, Any]:
-    """Turn the pipeline's inputs into manifest data (filling what can be derived)."""
-    from neuronc import __version__
-    from neuronc.keys import toolchain_key
-
-    unknown = sorted(set(fields) - _FIELDS)
-    if unknown:
-        msg = f"unknown manifest fields: {', '.join(unknown)} (known: {', '.join(sorted(_FIELDS))})"
-        raise ValueError(msg)
-    f = dict(fields)
-    spec = f.pop("spec", None)
-    if spec is not None:
-        f.setdefault("profile", spec.normalized())
-        f.setdefault("backend", spec.backend)
-        f.setdefault("target", spec.target)
-    key = f.pop("config_key", None)
-    if key is not None:
-        f.setdefault("config_hash", key.hash)
-        f.setdefault("hashed_inputs", dict(key.inputs))
-        f.setdefault("hashed_fields", list(key.fields))
-    profile = f.get("profile") or {}
-    f.setdefault("backend", profile.get("backend"))
-    f.setdefault("target", profile.get("target"))
-    toolchain = dict(f.get("toolchain") or {})
-    expected_key = toolchain_key(toolchain)
-    if f.get("toolchain_key") not in (None, expected_key):
-        msg = "toolchain_key does not match toolchain (compute it with neuronc.keys.toolchain_key)"
-        raise ValueError(msg)
-    by_path = dict(files)
-    graphs = [_graph(g) for g in f.get("graphs") or ()]
-    shards = [_shard(s, by_path) for s in f.get("shards") or ()]
-    stages = _stages(f.get("stages")) + [dict(s) for s in recorded_stages]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "neuronc_version": f.get("neuronc_version") or __version__,
-        "created_at": f.get("created_at") or datetime.now(UTC).isoformat(timespec="seconds"),
-        "host": f.get("host") or host_info(),
-        "backend": f.get("backend"),
-        "target": f.get("target"),
-        "profile": profile,
-        "config_hash": f.get("config_hash"),
-        "hashed_fields": list(f.get("hashed_fields") or []),
-        "hashed_inputs": dict(f.get("hashed_inputs") or {}),
-        "toolchain": toolchain,
-        "toolchain_key": expected_key,
-        "graphs": graphs,
-        "shards": shards,
-        "weights": f.get("weights"),
-        "stages": stages,
-        # Sort by path so the manifest is byte-identical across runs.
-        "files": [by_path[p].model_dump() for p in sorted(by_path)],
-        "extra": dict(f.get("extra") or {}),
-    }
-
-
-def _graph(graph: Any) -> dict[str, Any]:
-    if isinstance(graph, Mapping):
-        data = dict(graph)
-    else:  # neuronc.backends.base.CompiledGraph (or anything shaped like it)
-        spec = getattr(graph, "graph", graph)
-        data = {
-            "role": spec.role,
-            "batch": spec.batch,
-            "bucket": spec.bucket,
-            "artifact": getattr(graph, "artifact", None),
-            "compile_seconds": getattr(graph, "compile_seconds", 0.0),
-            "cache_hit": getattr(graph, "cache_hit", False),
-            "name": spec.name,
-        }
-    if "name" not in data:
-        from neuronc.backends.base import GraphSpec
-
-        data["name"] = GraphSpec(data["role"], data["batch"], data["bucket"]).name
-    data["compile_seconds"] = float(data.get("compile_seconds") or 0.0)
-    return data
-
-
-def _shard(shard: Any, files: Mapping[str, FileEntry]) -> dict[str, Any]:
-    data = dict(shard) if isinstance(shard, Mapping) else {"rank": shard.rank, "file": shard.file}
-    entry = files.get(data["file"])
-    if entry is not None:
-        data.setdefault("bytes", entry.size)
-        data.setdefault("sha256", entry.sha256)
-    return data
-
-
-def _stages(stages: Any) -> list[dict[str, Any]]:
-    if not stages:
-        return []
-    if isinstance(stages, Mapping):
-        return [{"name": name, **dict(values)} for name, values in stages.items()]
-    return [dict(s) for s in stages]
+__all__ = [
+    "SCRATCH",
+    "BundleExistsError",
+    "BundleWriter",
+    "HashingFile",
+    "disk_full_as_error",
+    "host_info",
+    "manifest_data",
+    "peak_rss_bytes",
+]

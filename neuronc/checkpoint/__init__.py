@@ -15,10 +15,11 @@ Nothing here imports torch or numpy at module level; see docs/split.md for the o
 
 from __future__ import annotations
 
+from neuronc.checkpoint._index import INDEX_FILE
 from neuronc.checkpoint.check import CheckReport, Mismatch, SplitIndex, check_split, open_split
 from neuronc.checkpoint.partition import SUPPORTED_FAMILIES, Partition, RankSlice, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, SourceFile, TensorInfo, open_checkpoint, open_safetensors_file
-from neuronc.checkpoint.split import INDEX_FILE, ShardInfo, SplitResult, shard_name, split_checkpoint
+from neuronc.checkpoint.split import ShardInfo, SplitResult, shard_name, split_checkpoint
 
 __all__ = [
     "INDEX_FILE",

@@ -1,4 +1,7 @@
-"""Find where each tensor of a ``pytorch_model.bin`` lies in the file, so it can be read like safetensors.
+"""Load a ``pytorch_model.bin`` safely, and find where each tensor lies in it so it can be read like safetensors.
+
+``load_bin`` uses ``torch.load(weights_only=True, mmap=True)``: anything that needs full unpickling
+is refused, and nothing is read into memory.
 
 ``torch.save`` (since 1.6) writes a zip whose members ``<prefix>/data/<key>`` hold the storages'
 raw bytes, uncompressed. ``torch.load(mmap=True)`` maps the whole file once and makes every storage
@@ -25,7 +28,9 @@ import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from neuronc.errors import CheckpointError, EnvironmentIncompatibleError, safe_text
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +41,75 @@ _LOCAL_SIGNATURE = b"PK\x03\x04"
 
 # Bytes compared at each end of every storage (map against file) to confirm the offsets.
 _PROBE_BYTES = 16
+
+
+# What torch.load raises on bytes that are not a valid checkpoint: its zip reader raises RuntimeError,
+# and its weights-only unpickler (torch/_weights_only_unpickler.py) lets the errors of its own parsing
+# through (a memo or stack index that does not exist: KeyError, IndexError; a bad opcode argument:
+# struct.error, TypeError, UnicodeDecodeError, which is a ValueError), and so does persistent_load in
+# torch/serialization.py (AttributeError, and an AssertionError "saved_id must be a tuple"). Found by
+# fuzzing saved files.
+_UNREADABLE = (
+    AssertionError,
+    AttributeError,
+    RuntimeError,
+    EOFError,
+    OSError,
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    struct.error,
+    NotImplementedError,
+    zipfile.BadZipFile,
+)
+
+
+def load_bin(path: Path, *, display: str) -> dict[str, Any]:
+    """Load a PyTorch state dict without executing code: weights_only, memory-mapped when possible.
+
+    ``path`` is a checked regular file; messages name ``display``.
+    """
+    try:
+        import torch
+    except ImportError:
+        msg = f"{display}: reading .bin checkpoints needs torch, which is not installed"
+        raise EnvironmentIncompatibleError(msg, hint="pip install 'neuronc[cpu]', or use safetensors") from None
+    import pickle
+
+    try:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            # Files in the legacy (pre-1.6, non-zip) format cannot be memory-mapped; load them whole.
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        msg = f"{display}: refused: loading it would need full unpickling, which can run arbitrary code"
+        reason = _torch_reason(exc, prefer="Unsupported global")
+        msg += f" ({reason})" if reason else ""
+        raise CheckpointError(msg, hint="convert the checkpoint to safetensors with a tool you trust") from None
+    except _UNREADABLE as exc:
+        reason = _torch_reason(exc) or type(exc).__name__
+        raise CheckpointError(f"{display}: not a readable PyTorch checkpoint (truncated?): {reason}") from None
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        msg = f"{display}: not a flat state dict of tensors (a training checkpoint or a wrapped model?)"
+        raise CheckpointError(msg)
+    return state
+
+
+def _torch_reason(exc: BaseException, prefer: str = "") -> str:
+    """The informative part of a torch.load error: one line, no ANSI colour, first sentence only."""
+    import re
+
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line]
+    chosen = next((line for line in lines if prefer and prefer in line), lines[0] if lines else "")
+    chosen = chosen.removeprefix("WeightsUnpickler error: ")
+    return safe_text(chosen.split(". ")[0].rstrip("."))
 
 
 def locate_tensors(path: Path, state: Mapping[str, torch.Tensor]) -> dict[str, int]:
@@ -91,7 +165,13 @@ def _data_members(path: Path) -> dict[int, int] | None:
                 if signature != _LOCAL_SIGNATURE:
                     return None
                 members[info.header_offset + _LOCAL_HEADER.size + name_length + extra_length] = info.file_size
-    except (OSError, zipfile.BadZipFile, ValueError):
+    except (
+        OSError,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        zipfile.BadZipFile,
+    ):  # NotImplementedError: "zip file version 8.7"
         return None
     return members if byteorder == b"little" else None
 

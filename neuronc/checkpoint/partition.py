@@ -31,10 +31,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from neuronc.checkpoint.reader import TensorInfo
-from neuronc.errors import CheckpointError, InvalidInputError
+from neuronc.errors import CheckpointError, InvalidInputError, safe_text
+from neuronc.fsutil import plural
+from neuronc.jsonfile import InvalidJsonError, get_field, get_int
 
 Strategy = Literal["replicate", "column", "row", "vocab"]
 PartKind = Literal["even", "kv", "vocab"]
+
+# More attention heads than any model has; a config.json claiming more is refused before planning.
+MAX_HEADS = 65536
+# The largest tensor-parallel degree accepted: a split holds one open rank file per rank, and tp must
+# divide the attention heads, which no supported model has more than a few hundred of.
+MAX_TP = 1024
 
 SUPPORTED_FAMILIES = ("gpt2", "gpt_neox", "llama", "mistral", "mixtral", "opt", "phi3", "qwen2", "qwen3")
 
@@ -259,25 +267,32 @@ RULES: dict[str, list[Rule]] = {
 
 
 def model_dims(config: dict[str, Any] | None, *, where: str) -> ModelDims:
-    """Read the family and head counts from a Hugging Face config.json.
+    """Read the family and head counts from a Hugging Face config.json, field by field.
 
     Raises:
-        CheckpointError: config.json is missing or lacks the head counts.
+        CheckpointError: config.json is missing, or its head counts are missing or not positive
+            integers (at most ``MAX_HEADS``).
         InvalidInputError: the architecture is not one neuronc can split.
     """
     if config is None:
         raise CheckpointError(f"{where}: no config.json; neuronc needs it to know the architecture")
-    family = config.get("model_type")
-    if family not in RULES:
-        msg = f"{where}: cannot split architecture {family!r}"
-        raise InvalidInputError(msg, hint=f"supported families: {', '.join(SUPPORTED_FAMILIES)}")
-    assert isinstance(family, str)
-    heads = config.get("n_head") if family == "gpt2" else config.get("num_attention_heads")
-    kv = config.get("num_key_value_heads") or heads
-    if not isinstance(heads, int) or heads <= 0 or not isinstance(kv, int) or kv <= 0:
-        raise CheckpointError(f"{where}/config.json: missing or invalid attention head counts")
+    file = f"{where}/config.json"
+    try:
+        family = get_field(config, "model_type", str, file, required=False)
+        if family not in RULES:
+            shown = repr(safe_text(family)) if family is not None else "None (config.json has no model_type)"
+            msg = f"{where}: cannot split architecture {shown}"
+            raise InvalidInputError(msg, hint=f"supported families: {', '.join(SUPPORTED_FAMILIES)}")
+        heads_field = "n_head" if family == "gpt2" else "num_attention_heads"
+        heads = get_int(config, heads_field, file, minimum=1, maximum=MAX_HEADS)
+        kv = heads
+        if config.get("num_key_value_heads") is not None:  # absent or null: as many as the query heads
+            kv = get_int(config, "num_key_value_heads", file, minimum=1, maximum=MAX_HEADS)
+    except InvalidJsonError as exc:
+        raise CheckpointError(exc.message) from None
+    assert heads is not None and kv is not None
     if heads % kv:
-        msg = f"{where}/config.json: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}"
+        msg = f"{file}: num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}"
         raise CheckpointError(msg)
     return ModelDims(family=family, num_heads=heads, num_kv_heads=kv)
 
@@ -293,8 +308,8 @@ def plan_partitions(
         InvalidInputError: tp does not divide the heads or rows a rule splits.
         CheckpointError: a tensor matches no rule, or its shape disagrees with config.json.
     """
-    if tp < 1:
-        raise InvalidInputError(f"tp must be at least 1, got {tp}")
+    if not 1 <= tp <= MAX_TP:
+        raise InvalidInputError(f"tp must be between 1 and {MAX_TP}, got {tp}")
     h, k = dims.num_heads, dims.num_kv_heads
     if h % tp:
         msg = f"tp={tp} does not divide the {h} attention heads of this {dims.family} model"
@@ -317,29 +332,32 @@ def plan_partitions(
         except CheckpointError as exc:
             raise CheckpointError(f"{_where(root, info)}{exc.message}", hint=exc.hint) from None
     if unknown:
-        msg = f"{unknown_file}{len(unknown)} tensor(s) match no {dims.family} partition rule, e.g. '{unknown[0]}'"
-        raise CheckpointError(msg, details=unknown[:20], hint="is config.json's model_type right?")
+        verb = "matches" if len(unknown) == 1 else "match"
+        msg = f"{unknown_file}{plural(len(unknown), 'tensor')} {verb} no {dims.family} partition rule"
+        msg += f", e.g. '{safe_text(unknown[0])}'"
+        details = [safe_text(n) for n in unknown[:20]]
+        raise CheckpointError(msg, details=details, hint="is config.json's model_type right?")
     return plans
 
 
 def _where(root: Path | None, info: TensorInfo) -> str:
-    return f"{root / info.file}: " if root is not None else f"{info.file}: "
+    return f"{safe_text(root / info.file if root is not None else info.file, limit=400)}: "
 
 
 def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partition:
-    shape = info.shape
+    shape, shown = info.shape, safe_text(info.name)
     if rule.strategy == "replicate" or rule.dim is None or rule.parts is None:
         return Partition(info.name, "replicate", None, shape, tp, replicas=tp)
     dim = rule.dim
     if len(shape) <= dim:
-        msg = f"tensor '{info.name}' has shape {list(shape)}; a {rule.strategy}-parallel split needs dim {dim}"
+        msg = f"tensor '{shown}' has shape {list(shape)}; a {rule.strategy}-parallel split needs dim {dim}"
         raise CheckpointError(msg)
     length = shape[dim]
     parts = rule.parts(dims, length)
     total_units = sum(p.units for p in parts)
     if total_units <= 0 or length % total_units:
         msg = (
-            f"tensor '{info.name}' has {length} along dim {dim}, not a multiple of "
+            f"tensor '{shown}' has {length} along dim {dim}, not a multiple of "
             f"{'+'.join(f'{p.units} {p.name}' for p in parts)} from config.json"
         )
         raise CheckpointError(msg)
@@ -363,7 +381,7 @@ def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partiti
                 pads[r] = per - (stop - start)
         elif part.kind == "kv" and part.units < tp:
             if tp % part.units:
-                msg = f"tp={tp} is not a multiple of the {part.units} KV heads of '{info.name}'"
+                msg = f"tp={tp} is not a multiple of the {part.units} KV heads of '{shown}'"
                 raise InvalidInputError(msg, hint=_tp_hint(dims))
             replicas = tp // part.units
             for r in range(tp):
@@ -372,7 +390,7 @@ def _plan_one(rule: Rule, info: TensorInfo, dims: ModelDims, tp: int) -> Partiti
         else:
             if part.units % tp:
                 what = "heads" if part.name != "rows" else "rows"
-                msg = f"tp={tp} does not divide the {part.units} {what} of '{info.name}' ({part.name})"
+                msg = f"tp={tp} does not divide the {part.units} {what} of '{shown}' ({part.name})"
                 raise InvalidInputError(msg, hint=_tp_hint(dims))
             per = part.units // tp
             for r in range(tp):
@@ -403,6 +421,17 @@ def _merge(slices: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
         else:
             merged.append((start, stop))
     return tuple(merged)
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint ranges covering the same indices as ``ranges`` (overlapping or touching ones joined)."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
 
 
 def _tp_hint(dims: ModelDims) -> str:

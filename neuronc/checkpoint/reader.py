@@ -17,7 +17,6 @@ that cannot be placed (legacy format, strided view) is read through torch's memo
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -25,9 +24,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from neuronc.checkpoint._safetensors import DTYPE_SIZES, SafetensorsHeader, pread_exact, read_header
-from neuronc.checkpoint._torchzip import locate_tensors
-from neuronc.errors import CheckpointError, EnvironmentIncompatibleError
+from neuronc.checkpoint._safetensors import (
+    DTYPE_SIZES,
+    SafetensorsHeader,
+    pread_exact,
+    read_header,
+    shape_problem,
+)
+from neuronc.checkpoint._torchzip import load_bin, locate_tensors
+from neuronc.checkpoint._tree import ModelTree, plain_name_problem
+from neuronc.errors import CheckpointError, NeuroncError, safe_text
+from neuronc.fsutil import open_regular, read_bytes_limited
+from neuronc.jsonfile import InvalidJsonError, expect_object, expect_type, parse_json
+from neuronc.model.files import CONFIG_NAME, read_model_config
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,6 +46,9 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
 BIN_INDEX = "pytorch_model.bin.index.json"
 BIN_SINGLE = "pytorch_model.bin"
+
+# An index.json names every tensor once: 16 MB of it is over 100,000 tensors, more than any model has.
+MAX_INDEX_BYTES = 64 * 1024 * 1024
 
 CheckpointFormat = Literal["safetensors", "pytorch"]
 
@@ -103,8 +115,11 @@ class Checkpoint:
         files: list[SourceFile],
         tensors: list[TensorInfo],
         config: dict[str, Any] | None,
+        paths: Mapping[str, Path] | None = None,
     ) -> None:
         self.root = root
+        # file -> the checked regular file it stands for (links resolved by ModelTree)
+        self._paths = dict(paths or {})
         self.format: CheckpointFormat = fmt
         self.files = files
         self.tensors: Mapping[str, TensorInfo] = {t.name: t for t in tensors}
@@ -217,9 +232,10 @@ class Checkpoint:
         fd = self._fds.get(file)
         if fd is None:
             try:
-                fd = os.open(self.root / file, os.O_RDONLY)
-            except OSError as exc:
-                msg = f"{self.root / file}: cannot open: {exc.strerror or exc}"
+                fd = open_regular(self._paths.get(file, self.root / file), follow_symlinks=False)
+            except (OSError, NeuroncError) as exc:
+                reason = exc.message if isinstance(exc, NeuroncError) else exc.strerror or str(exc)
+                msg = f"{safe_text(self.root / file)}: cannot open: {reason}"
                 raise CheckpointError(msg) from None
             self._fds[file] = fd
         return fd
@@ -230,7 +246,8 @@ class Checkpoint:
         if self._bin_file != info.file:
             self._bin_state = {}
             self._bin_current = None
-            self._bin_state = _load_bin(self.root / info.file)
+            path = self._paths.get(info.file, self.root / info.file)
+            self._bin_state = load_bin(path, display=safe_text(self.root / info.file))
             self._bin_file = info.file
         tensor = self._bin_state[info.name]
         data: np.ndarray[Any, Any] = tensor.detach().contiguous().reshape(-1).view(_torch_uint8()).numpy()
@@ -276,6 +293,9 @@ def torch_dtype_code(dtype: object) -> str | None:
 def open_checkpoint(model_dir: Path) -> Checkpoint:
     """Open a Hugging Face checkpoint directory and validate every file's header.
 
+    Files are opened only as regular files inside the directory (see ``_tree``): a link out of it,
+    a link loop, a FIFO or a device is a CheckpointError, never followed or opened.
+
     Raises:
         CheckpointError: the directory holds no checkpoint, or a file is missing, truncated or
             malformed; the message names the file and the problem.
@@ -284,86 +304,86 @@ def open_checkpoint(model_dir: Path) -> Checkpoint:
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         msg = f"{model_dir}: not a directory" if model_dir.exists() else f"{model_dir}: no such directory"
-        raise CheckpointError(msg)
-    config = _read_config(model_dir)
-    if (model_dir / SAFETENSORS_INDEX).is_file():
-        files = _read_index(model_dir / SAFETENSORS_INDEX)
-        return _open_safetensors(model_dir, files, config, index=SAFETENSORS_INDEX)
-    if (model_dir / SAFETENSORS_SINGLE).is_file():
-        return _open_safetensors(model_dir, {SAFETENSORS_SINGLE: None}, config, index=None)
-    if (model_dir / BIN_INDEX).is_file():
-        files = _read_index(model_dir / BIN_INDEX)
-        return _open_bin(model_dir, files, config, index=BIN_INDEX)
-    if (model_dir / BIN_SINGLE).is_file():
-        return _open_bin(model_dir, {BIN_SINGLE: None}, config, index=None)
+        raise CheckpointError(safe_text(msg, limit=400))
+    tree = ModelTree(model_dir)
+    config = None
+    if tree.has(CONFIG_NAME):
+        tree.path(CONFIG_NAME)  # inside the tree and a regular file; read by the one config.json reader
+        config = read_model_config(model_dir, required=False)
+    if tree.has(SAFETENSORS_INDEX):
+        return _open_safetensors(tree, _read_index(tree, SAFETENSORS_INDEX), config, index=SAFETENSORS_INDEX)
+    if tree.has(SAFETENSORS_SINGLE):
+        return _open_safetensors(tree, {SAFETENSORS_SINGLE: None}, config, index=None)
+    if tree.has(BIN_INDEX):
+        return _open_bin(tree, _read_index(tree, BIN_INDEX), config, index=BIN_INDEX)
+    if tree.has(BIN_SINGLE):
+        return _open_bin(tree, {BIN_SINGLE: None}, config, index=None)
     looked = ", ".join((SAFETENSORS_INDEX, SAFETENSORS_SINGLE, BIN_INDEX, BIN_SINGLE))
-    msg = f"{model_dir}: no checkpoint found (looked for {looked})"
+    msg = f"{safe_text(model_dir, limit=400)}: no checkpoint found (looked for {looked})"
     raise CheckpointError(msg, hint="pass the directory that holds config.json and the weights")
 
 
 def open_safetensors_file(path: Path) -> Checkpoint:
     """Open a single safetensors file (a rank shard, for instance) as a Checkpoint."""
     path = Path(path)
-    return _open_safetensors(path.parent, {path.name: None}, None, index=None)
+    return _open_safetensors(ModelTree(path.parent), {path.name: None}, None, index=None)
 
 
-def _read_config(model_dir: Path) -> dict[str, Any] | None:
-    path = model_dir / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: not a JSON object")
-    return config
-
-
-def _read_index(path: Path) -> dict[str, set[str] | None]:
+def _read_index(tree: ModelTree, name: str) -> dict[str, set[str] | None]:
     """Return {shard file: tensor names the index places there}, validating names and presence."""
+    shown = tree.display(name)
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not valid JSON: {exc}") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        raw = read_bytes_limited(tree.path(name), MAX_INDEX_BYTES, what=name)
+        index = expect_object(parse_json(raw, where=shown, unique_keys=True), shown)
+    except InvalidJsonError as exc:
+        raise CheckpointError(exc.message) from None
+    except OSError as exc:
+        raise CheckpointError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"{path}: no 'weight_map' object mapping tensor names to files")
+        raise CheckpointError(f"{shown}: no 'weight_map' object mapping tensor names to files")
     files: dict[str, set[str] | None] = {}
     for tensor, file in weight_map.items():
-        if not isinstance(file, str) or not file:
-            raise CheckpointError(f"{path}: tensor '{tensor}' maps to {file!r}, not a file name")
-        if Path(file).name != file or file in (".", ".."):
-            msg = f"{path}: tensor '{tensor}' maps to '{file}', which is outside the model directory"
-            raise CheckpointError(msg)
+        try:
+            expect_type(file, str, f"{shown}: weight_map entry '{safe_text(tensor)}'")
+        except InvalidJsonError as exc:
+            raise CheckpointError(exc.message) from None
+        if (problem := plain_name_problem(file)) is not None:
+            raise CheckpointError(f"{shown}: tensor '{safe_text(tensor)}' maps to '{safe_text(file)}', which {problem}")
         names = files.setdefault(file, set())
         assert names is not None
         names.add(tensor)
-    missing = sorted(f for f in files if not (path.parent / f).is_file())
+    missing = sorted(f for f in files if not tree.has(f))
     if missing:
-        msg = f"{path.parent / missing[0]}: missing shard (listed in {path.name})"
-        details = [f"missing: {f}" for f in missing]
+        msg = f"{tree.display(missing[0])}: missing shard (listed in {name})"
+        details = [f"missing: {safe_text(f)}" for f in missing[:20]]
         raise CheckpointError(msg, details=details if len(missing) > 1 else (), hint="download every shard")
     return dict(sorted(files.items()))
 
 
 def _open_safetensors(
-    root: Path, files: dict[str, set[str] | None], config: dict[str, Any] | None, *, index: str | None
+    tree: ModelTree, files: dict[str, set[str] | None], config: dict[str, Any] | None, *, index: str | None
 ) -> Checkpoint:
     tensors: list[TensorInfo] = []
     sources: list[SourceFile] = []
+    paths: dict[str, Path] = {}
     seen: dict[str, str] = {}
     for file, expected in files.items():
-        header: SafetensorsHeader = read_header(root / file, display=str(root / file))
+        shown = tree.display(file)
+        try:
+            paths[file] = tree.path(file)
+        except FileNotFoundError:
+            raise CheckpointError(f"{shown}: no such file") from None
+        header: SafetensorsHeader = read_header(paths[file], display=shown)
         names = {e.name for e in header.entries}
         if expected is not None:
             absent = sorted(expected - names)
             if absent:
-                msg = f"{root / file}: has no tensor '{absent[0]}', which {index} places there"
-                raise CheckpointError(msg, details=[f"absent: {n}" for n in absent[:20]])
+                msg = f"{shown}: has no tensor '{safe_text(absent[0])}', which {index} places there"
+                raise CheckpointError(msg, details=[f"absent: {safe_text(n)}" for n in absent[:20]])
         for entry in header.entries:
             if entry.name in seen:
-                msg = f"{root / file}: tensor '{entry.name}' is also in {seen[entry.name]}"
+                msg = f"{shown}: tensor '{safe_text(entry.name)}' is also in {safe_text(seen[entry.name])}"
                 raise CheckpointError(msg)
             seen[entry.name] = file
             tensors.append(
@@ -377,78 +397,42 @@ def _open_safetensors(
                 )
             )
         sources.append(SourceFile(file, header.file_size, header.header_sha256))
-    return Checkpoint(root, "safetensors", sources, tensors, config)
+    return Checkpoint(tree.shown, "safetensors", sources, tensors, config, paths)
 
 
 def _open_bin(
-    root: Path, files: dict[str, set[str] | None], config: dict[str, Any] | None, *, index: str | None
+    tree: ModelTree, files: dict[str, set[str] | None], config: dict[str, Any] | None, *, index: str | None
 ) -> Checkpoint:
     tensors: list[TensorInfo] = []
     sources: list[SourceFile] = []
+    paths: dict[str, Path] = {}
     seen: dict[str, str] = {}
     for file, expected in files.items():
-        state = _load_bin(root / file)
-        offsets = locate_tensors(root / file, state)
+        shown = tree.display(file)
+        try:
+            paths[file] = path = tree.path(file)
+        except FileNotFoundError:
+            raise CheckpointError(f"{shown}: no such file") from None
+        state = load_bin(path, display=shown)
+        offsets = locate_tensors(path, state)
         absent = sorted((expected or set()) - set(state))
         if absent:
-            msg = f"{root / file}: has no tensor '{absent[0]}', which {index} places there"
-            raise CheckpointError(msg, details=[f"absent: {n}" for n in absent[:20]])
+            msg = f"{shown}: has no tensor '{safe_text(absent[0])}', which {index} places there"
+            raise CheckpointError(msg, details=[f"absent: {safe_text(n)}" for n in absent[:20]])
         for name, tensor in state.items():
             if name in seen:
-                raise CheckpointError(f"{root / file}: tensor '{name}' is also in {seen[name]}")
+                raise CheckpointError(f"{shown}: tensor '{safe_text(name)}' is also in {safe_text(seen[name])}")
             seen[name] = file
             code = torch_dtype_code(tensor.dtype)
             if code is None:
-                msg = f"{root / file}: tensor '{name}' has dtype {tensor.dtype}, which neuronc cannot split"
+                msg = f"{shown}: tensor '{safe_text(name)}' has dtype {tensor.dtype}, which neuronc cannot split"
                 raise CheckpointError(msg)
             shape = tuple(int(d) for d in tensor.shape)
+            if (problem := shape_problem(code, shape)) is not None:
+                msg = f"{shown}: tensor '{safe_text(name)}': shape {list(shape)} does not fit safetensors: {problem}"
+                raise CheckpointError(msg)
             nbytes = tensor.numel() * DTYPE_SIZES[code]
             tensors.append(TensorInfo(name, code, shape, file, offsets.get(name), nbytes))
-        sources.append(SourceFile(file, (root / file).stat().st_size, None))
+        sources.append(SourceFile(file, os.stat(path).st_size, None))
         del state
-    return Checkpoint(root, "pytorch", sources, tensors, config)
-
-
-def _load_bin(path: Path) -> dict[str, Any]:
-    """Load a PyTorch state dict without executing code: weights_only, memory-mapped when possible."""
-    try:
-        import torch
-    except ImportError:
-        msg = f"{path}: reading .bin checkpoints needs torch, which is not installed"
-        raise EnvironmentIncompatibleError(msg, hint="pip install 'neuronc[cpu]', or use safetensors") from None
-    import pickle
-    import zipfile
-
-    try:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            # Files in the legacy (pre-1.6, non-zip) format cannot be memory-mapped; load them whole.
-            if "mmap" not in str(exc):
-                raise
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        msg = f"{path}: refused: loading it would need full unpickling, which can run arbitrary code"
-        reason = _torch_reason(exc, prefer="Unsupported global")
-        msg += f" ({reason})" if reason else ""
-        raise CheckpointError(msg, hint="convert the checkpoint to safetensors with a tool you trust") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as exc:
-        reason = _torch_reason(exc) or type(exc).__name__
-        raise CheckpointError(f"{path}: not a readable PyTorch checkpoint (truncated?): {reason}") from None
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
-        msg = f"{path}: not a flat state dict of tensors (a training checkpoint or a wrapped model?)"
-        raise CheckpointError(msg)
-    return state
-
-
-def _torch_reason(exc: BaseException, prefer: str = "") -> str:
-    """The informative part of a torch.load error: one line, no ANSI colour, first sentence only."""
-    import re
-
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(exc).splitlines()]
-    lines = [line for line in lines if line]
-    chosen = next((line for line in lines if prefer and prefer in line), lines[0] if lines else "")
-    chosen = chosen.removeprefix("WeightsUnpickler error: ")
-    return chosen.split(". ")[0].rstrip(".")
+    return Checkpoint(tree.shown, "pytorch", sources, tensors, config, paths)

@@ -9,36 +9,38 @@ hashing, a rank's part that is a contiguous byte range of a source file in the s
 replicated tensor, a split along the first dimension) is copied by the kernel (``copy_file_range``)
 without passing through this process. The whole output is built in
 a hidden staging directory next to ``out_dir``, fsynced, then renamed into place, so a failure at
-any point leaves no ``out_dir`` at all.
+any point leaves ``out_dir`` as it was (absent, or empty) and removes the parent directories the
+split created. The total output size is known before the first byte is written: the split checks
+free space first, and a disk that fills anyway is a DiskFullError (exit 5) naming ``out_dir`` and
+the space needed.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from neuronc.checkpoint._cast import cast_bytes, cast_target, dtype_code
-from neuronc.checkpoint._safetensors import DTYPE_SIZES
-from neuronc.checkpoint.partition import Partition, RankSlice, model_dims, plan_partitions
+from neuronc.checkpoint._index import INDEX_FILE, build_index, index_text, write_index
+from neuronc.checkpoint._safetensors import DTYPE_SIZES, build_header, shape_problem
+from neuronc.checkpoint._staging import Staging, on_disk, refuse_nonempty
+from neuronc.checkpoint.partition import MAX_TP, Partition, RankSlice, merge_ranges, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
-from neuronc.checkpoint.writer import ShardWriter, WrittenFile, fsync_dir
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.checkpoint.writer import ShardWriter, WrittenFile
+from neuronc.errors import CheckpointError, EnvironmentIncompatibleError, InvalidInputError, safe_text
+from neuronc.fsutil import plural
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
+from neuronc.resources import peak_rss_bytes
 
-INDEX_FILE = "index.json"
-INDEX_FORMAT = "neuronc-tp-split"
-INDEX_VERSION = 1
+Layout = list[tuple[str, str, tuple[int, ...]]]
 
 # Bytes read or gathered at a time; a multiple of every element size. Large enough that syscall
 # overhead vanishes, small enough to be noise next to the 300 MB budget.
@@ -108,15 +110,6 @@ class SplitResult:
         }
 
 
-def peak_rss_bytes() -> int | None:
-    """Return this process's peak resident set size so far (None where the OS does not say)."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not on Linux
-        return None
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
 def split_checkpoint(
     model_dir: Path,
     out_dir: Path,
@@ -148,64 +141,59 @@ def split_checkpoint(
     """
     started = time.perf_counter()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise InvalidInputError(f"tp must be a positive integer, got {tp!r}")
+    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= MAX_TP:
+        raise InvalidInputError(f"tp must be an integer between 1 and {MAX_TP}, got {tp!r}")
     target = dtype_code(dtype)
     try:
         import numpy  # noqa: F401  (gathers and casts need it; say so before any work starts)
     except ImportError:
         msg = "neuronc split needs numpy, which is not installed"
         raise EnvironmentIncompatibleError(msg, hint="pip install numpy (or 'neuronc[cpu]')") from None
-    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        msg = f"{out_dir}: already exists and is not an empty directory"
-        raise InvalidInputError(msg, hint="remove it or choose another --out")
+    refuse_nonempty(out_dir)
 
     with open_checkpoint(model_dir) as ckpt:
-        dims = model_dims(ckpt.config, where=str(model_dir))
+        dims = model_dims(ckpt.config, where=safe_text(model_dir, limit=400))
         plans = plan_partitions(dims, ckpt, tp, root=model_dir)
         stored = {p.name: cast_target(ckpt.tensors[p.name].dtype, target) for p in plans}
         # Widest elements first, then source order: every tensor then starts at a multiple of its
         # element size in the shard (the header is padded to 8), which zero-copy loaders like.
         order = sorted(plans, key=lambda p: -DTYPE_SIZES[stored[p.name]])
         layouts = [[(p.name, stored[p.name], p.rank_shape(r)) for p in order] for r in range(tp)]
+        metadata = [{"format": "pt", "neuronc.rank": str(rank), "neuronc.tp": str(tp)} for rank in range(tp)]
 
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-        writers: list[ShardWriter] = []
-        fanout = _Fanout(min(tp, WORKERS))
-        try:
-            for rank in range(tp):
-                metadata = {"format": "pt", "neuronc.rank": str(rank), "neuronc.tp": str(tp)}
-                writers.append(
-                    ShardWriter(staging / shard_name(rank, tp), layouts[rank], metadata, durable=fsync, hash=hash)
-                )
-            total = sum(_data_bytes(layout) for layout in layouts)
-            task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
-            for plan in order:
-                info = ckpt.tensors[plan.name]
-                _stream_tensor(ckpt, info, plan, stored[plan.name], writers, fanout, task)
+        def index_for(shards: list[ShardInfo]) -> dict[str, Any]:
+            records = [s.to_json() for s in shards]
+            return build_index(ckpt, dims.family, tp, _dtype_label(target), plans, stored, records)
+
+        # Every output byte is known now: the rank files' sizes, and index.json's (hashes are 64 digits).
+        planned = [
+            ShardInfo(rank, shard_name(rank, tp), size, "0" * 64 if hash else None, len(layouts[rank]))
+            for rank, size in enumerate(_rank_file_bytes(layouts, metadata))
+        ]
+        index_bytes = len(index_text(index_for(planned)).encode("utf-8"))
+        needed = on_disk([s.bytes for s in planned] + [index_bytes])
+        with Staging(out_dir, needed, what=f"a split into {plural(tp, 'rank')}", durable=fsync) as staging:
+            writers: list[ShardWriter] = []
+            fanout = _Fanout(min(tp, WORKERS))
+            try:
+                for rank in range(tp):
+                    path = staging.path / shard_name(rank, tp)
+                    writers.append(ShardWriter(path, layouts[rank], metadata[rank], durable=fsync, hash=hash))
+                total = sum(_data_bytes(layout) for layout in layouts)
+                task = progress.task(f"split {model_dir.name} into tp={tp}", total=total, unit="bytes")
+                for plan in order:
+                    _stream_tensor(ckpt, ckpt.tensors[plan.name], plan, stored[plan.name], writers, fanout, task)
+                    for w in writers:
+                        w.end_tensor(plan.name)
+                written = _finish_all(fanout, writers)
+            finally:
+                fanout.close()  # every job has ended, even after a failure: nothing writes while Staging cleans up
                 for w in writers:
-                    w.end_tensor(plan.name)
-            written = _finish_all(fanout, writers)
-            shards = [
-                ShardInfo(rank, shard_name(rank, tp), f.bytes, f.sha256, len(layouts[rank]))
-                for rank, f in enumerate(written)
-            ]
-            index = _index_json(ckpt, dims.family, tp, target, plans, stored, shards)
-            _write_json(staging / INDEX_FILE, index, durable=fsync)
-            if fsync:
-                fsync_dir(staging)
-            os.replace(staging, out_dir)
-            if fsync:
-                fsync_dir(out_dir.parent)
-            task.done(f"{len(shards)} shards")
-        except BaseException:
-            fanout.close()
-            for w in writers:
-                w.close()
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        fanout.close()
+                    w.close()
+            shards = [replace(s, bytes=f.bytes, sha256=f.sha256) for s, f in zip(planned, written, strict=True)]
+            write_index(staging.path / INDEX_FILE, index_for(shards), durable=fsync)
+            staging.publish()
+            task.done(plural(len(shards), "shard"))
 
     return SplitResult(
         out_dir=out_dir,
@@ -220,6 +208,23 @@ def split_checkpoint(
         seconds=time.perf_counter() - started,
         peak_rss_bytes=peak_rss_bytes(),
     )
+
+
+def _rank_file_bytes(layouts: list[Layout], metadata: list[dict[str, str]]) -> list[int]:
+    """The size of every rank file (header and data), checking every rank shape on the way.
+
+    Raises CheckpointError for a rank shape the safetensors library would refuse to read (it can
+    only happen when the source shape itself is at the edge of what the library accepts).
+    """
+    sizes = []
+    for layout, meta in zip(layouts, metadata, strict=True):
+        for name, dtype, shape in layout:
+            if (problem := shape_problem(dtype, shape)) is not None:
+                rank = meta["neuronc.rank"]
+                raise CheckpointError(f"tensor '{safe_text(name)}': rank {rank}'s shape {list(shape)}: {problem}")
+        header, _ = build_header(layout, meta)
+        sizes.append(len(header) + _data_bytes(layout))
+    return sizes
 
 
 def _finish_all(fanout: _Fanout, writers: list[ShardWriter]) -> list[WrittenFile]:
@@ -278,6 +283,8 @@ def _stream_tensor(
     task: ProgressTask,
 ) -> None:
     """Copy one tensor into every rank file, reading the source once, a bounded window at a time."""
+    if info.nbytes == 0:
+        return  # every rank's part is empty too (a zero dimension stays zero); nothing to loop over
     source = info.dtype
     located = None if writers[0].hashing or stored != source else ckpt.source_fd(info)
     if located is not None and (plan.dim is None or math.prod(info.shape[: plan.dim]) == 1):
@@ -374,8 +381,7 @@ def _stream_ranges(
     ranges = [[(start * inner, stop * inner) for start, stop in r.slices] for r in plan.ranks]
     for rank_ranges in ranges:
         assert all(a[1] <= b[0] for a, b in pairwise(rank_ranges)), plan.name
-    wanted = sorted({edge for rank_ranges in ranges for edge in rank_ranges})
-    for lo, hi in _merge_ranges(wanted):
+    for lo, hi in merge_ranges({edge for rank_ranges in ranges for edge in rank_ranges}):
         for w0 in range(lo, hi, CHUNK_BYTES):
             w1 = min(w0 + CHUNK_BYTES, hi)
             window = ckpt.read_range(info, w0, w1 - w0)
@@ -396,74 +402,8 @@ def _segments_job(
     return lambda: sum(writer.write(cast_bytes(window[a:b], source, stored)) for a, b in parts)
 
 
-def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, stop in ranges:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-        else:
-            merged.append((start, stop))
-    return merged
-
-
 def _write_zeros(writer: ShardWriter, count: int) -> int:
     written = 0
     while written < count:
         written += writer.write(bytes(min(count - written, CHUNK_BYTES)))
     return written
-
-
-def _index_json(
-    ckpt: Checkpoint,
-    family: str,
-    tp: int,
-    target: str | None,
-    plans: list[Partition],
-    stored: dict[str, str],
-    shards: list[ShardInfo],
-) -> dict[str, Any]:
-    tensors: dict[str, Any] = {}
-    for plan in plans:
-        info = ckpt.tensors[plan.name]
-        tensors[plan.name] = {
-            "source_file": info.file,
-            "source_dtype": info.dtype,
-            "dtype": stored[plan.name],
-            **plan.to_json(),
-        }
-    config = ckpt.config or {}
-    return {
-        "format": INDEX_FORMAT,
-        "format_version": INDEX_VERSION,
-        "tp": tp,
-        "family": family,
-        "dtype": _dtype_label(target),
-        "model": {
-            key: config.get(key)
-            for key in ("model_type", "num_attention_heads", "num_key_value_heads", "n_head", "vocab_size")
-            if key in config
-        },
-        "source": {
-            "path": str(ckpt.root.resolve()),
-            "format": ckpt.format,
-            "files": [{"file": f.file, "bytes": f.bytes, "header_sha256": f.header_sha256} for f in ckpt.files],
-        },
-        "shards": [s.to_json() for s in shards],
-        "tensors": tensors,
-    }
-
-
-def index_text(index: dict[str, Any]) -> str:
-    """Render index.json: indented, with one line per tensor, so ``grep q_proj index.json`` reads well."""
-    head = {k: v for k, v in index.items() if k != "tensors"}
-    lines = [f"    {json.dumps(name)}: {json.dumps(entry)}" for name, entry in index["tensors"].items()]
-    text = json.dumps(head, indent=2)[: -len("\n}")]
-    return text + ',\n  "tensors": {\n' + ",\n".join(lines) + "\n  }\n}\n"
-
-
-def _write_json(path: Path, data: dict[str, Any], *, durable: bool) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        f.write(index_text(data))
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())

@@ -152,12 +152,3 @@ class ShardWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory entry change (create, rename) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

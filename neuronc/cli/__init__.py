@@ -7,6 +7,7 @@ by bench/startup and guarded by tests/test_startup.py.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from neuronc.cli._app import app
 # Command modules register themselves on `app` when imported; the order here is the order in --help.
 _COMMAND_MODULES = (
     "profiles",
+    "presets",
     "backends",
     "compile",
     "inspect",
@@ -45,6 +47,9 @@ def _root(
         bool,
         typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
     ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Tables at full width whatever the terminal's (also NEURONC_WIDE=1).")
+    ] = False,
 ) -> None:
     """Compile LLMs ahead of time for AWS Neuron into versioned, verifiable bundles.
 
@@ -52,10 +57,23 @@ def _root(
     5 environment incompatible, 6 required cache/store hit missing, 130 interrupted.
     Set NEURONC_DEBUG=1 for tracebacks.
     """
+    if wide:
+        from neuronc._output import out
+
+        out.configure(json_mode=False, wide=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
+    # Text for people may hold file names that are not UTF-8 (lone surrogates, PEP 383): show them
+    # escaped rather than fail with UnicodeEncodeError half-way through the output.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    # pydantic looks for its plugins in every installed distribution's entry points on first use
+    # (about 15 ms); the command line uses none. A caller that wants them sets the variable itself.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     app(args=argv, prog_name="neuronc")
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperOption
 
 from neuronc._output import out
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
@@ -30,7 +33,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(func: F) -> F:
-    """Run a command body; map NeuroncError to its message, hint and exit code (NEURONC_DEBUG re-raises)."""
+    """Run a command body; map NeuroncError to its message, hint and exit code (NEURONC_DEBUG adds the traceback)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -38,23 +41,72 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except NeuroncError as exc:
             if os.environ.get("NEURONC_DEBUG"):
-                raise
+                # The traceback for whoever debugs; the documented exit code for CI all the same.
+                traceback.print_exc(file=sys.stderr)
             out.error(exc)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             out.info("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
-            out.json_mode = False
+            out.end_command()
 
     return wrapper  # type: ignore[return-value]
+
+
+# Typer 0.29 writes parameter types the way Python spells them ("{profiles}...", "<list[Path]>",
+# "<int range>"). These classes give usage lines and help the conventional shape instead
+# ("PROFILES...", "--jobs N", "--store TEXT"); Typer has no setting for it, so each command swaps
+# its parameters' classes once, here, when it is built.
+_TYPE_WORDS = {"int": "N", "float": "X", "str": "TEXT", "Path": "PATH", "bool": "BOOL"}
+
+
+class _Argument(TyperArgument):
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar or (self.name or "arg").upper()
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        if self.nargs != 1:
+            name += "..."
+        return name if self.required else f"[{name}]"
+
+    def _rich_display_name(self) -> str:
+        return self._usage_display_name()
+
+    def display_type(self, ctx: Any) -> str:
+        return ""
+
+
+class _Option(TyperOption):
+    def display_type(self, ctx: Any) -> str:
+        if self.metavar:
+            return self.metavar
+        descriptor = self.type_descriptor
+        if descriptor.is_choice:
+            return "[" + "|".join(str(getattr(c, "value", c)) for c in descriptor.choices or ()) + "]"
+        if descriptor.is_path:
+            return "PATH"
+        bare = self.bare_type()
+        return _TYPE_WORDS.get(bare.removeprefix("list[").removesuffix("]"), bare.upper())
+
+
+class NeuroncCommand(TyperCommand):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperArgument:
+                param.__class__ = _Argument
+            elif type(param) is TyperOption:
+                param.__class__ = _Option
 
 
 def command(group: typer.Typer = app, name: str | None = None, **kwargs: Any) -> Callable[[F], F]:
     """Register a command on ``group`` with the shared error handler."""
 
     def decorator(func: F) -> F:
-        group.command(name=name, **kwargs)(handle_errors(func))
+        group.command(name=name, cls=NeuroncCommand, **kwargs)(handle_errors(func))
         return func
 
     return decorator

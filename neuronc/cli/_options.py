@@ -12,6 +12,12 @@ ProfilesArg = Annotated[list[Path], typer.Argument(help="Profile YAML file(s).",
 StoreOpt = Annotated[
     str | None,
     typer.Option(
-        "--store", help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache."
+        "--store",
+        metavar="DIR|URL",
+        help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache.",
     ),
+]
+WideOpt = Annotated[
+    bool,
+    typer.Option("--wide", help="Tables at full width whatever the terminal's (default: fit the terminal)."),
 ]

@@ -9,14 +9,17 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt
+from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
 from neuronc.errors import NeuroncError
+
+if TYPE_CHECKING:
+    from neuronc.pipeline import BuildReport
 
 OutDirOpt = Annotated[
     Path | None,
@@ -62,11 +65,12 @@ def compile_command(
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
-    from neuronc.build import compile_profiles, run_report
+    from neuronc.pipeline import compile_profiles, run_report
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     reports: list[Any] = []
 
     def on_report(report: Any) -> None:
@@ -90,7 +94,12 @@ def compile_command(
         _write_report(report_path, run_report(reports, interrupted=True))
         raise
     except NeuroncError as exc:
-        _write_report(report_path, {**run_report(reports), "exit_code": exc.exit_code, "error": exc.to_json()})
+        # The report keeps its shape on a failure before (or between) builds: builds so far + error.
+        data = run_report(reports, error=exc)
+        _write_report(report_path, data)
+        if out.json_mode:
+            out.result(data)
+            raise typer.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
     _write_report(report_path, data)
@@ -101,7 +110,7 @@ def compile_command(
         raise typer.Exit(data["exit_code"])
 
 
-def _announce(report: Any) -> None:
+def _announce(report: BuildReport) -> None:
     """One line on stderr as each build ends (the table comes at the end)."""
     where = report.out or report.bundle
     if report.status == "hit":
@@ -112,6 +121,8 @@ def _announce(report: Any) -> None:
         out.warning(f"{report.label}: skipped")
     else:
         out.warning(f"{report.label}: failed (exit {report.exit_code})")
+    for message in report.messages:
+        out.info(f"{report.label}: {message}")
 
 
 def _render(reports: list[Any]) -> None:
@@ -130,6 +141,7 @@ def _render(reports: list[Any]) -> None:
         ["build", "status", "config", "graphs", "wall", "peak RSS"],
         rows,
         justify={"wall": "right", "peak RSS": "right", "graphs": "right"},
+        optional=["config", "graphs", "peak RSS"],
     )
     for r in reports:
         if r.status == "built" and r.stages:
@@ -152,18 +164,10 @@ def _mib(value: int | None) -> str:
     return "" if value is None else f"{value / (1024 * 1024):.0f} MiB"
 
 
-def _print_failure(report: Any) -> None:
+def _print_failure(report: BuildReport) -> None:
     """Each failed build's error on stderr: message, details (the log tail), hint."""
-    from rich.markup import escape
-
-    if report.error is None:
-        return
-    error = report.error
-    out.stderr.print(f"[bold red]error:[/bold red] {escape(report.label)}: {escape(str(error.get('message', '')))}")
-    for line in error.get("details") or []:
-        out.stderr.print(f"  {escape(str(line))}")
-    if error.get("hint"):
-        out.stderr.print(f"[cyan]hint:[/cyan] {escape(str(error['hint']))}")
+    if report.error is not None:
+        out.explain(report.error, prefix=f"{report.label}: ")
 
 
 def _write_report(path: Path | None, data: dict[str, Any]) -> None:

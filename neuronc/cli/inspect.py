@@ -14,10 +14,14 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt
+from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
+BundleOrUrlArg = Annotated[
+    str,
+    typer.Argument(help="Bundle directory, or a bundle's URL in a remote store (s3://, hf://).", show_default=False),
+]
 JobsOpt = Annotated[
     int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
 ]
@@ -42,21 +46,33 @@ def inspect_command(
     against_env: AgainstEnvOpt = False,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals."""
     from neuronc.bundle import read_manifest
     from neuronc.bundle._summary import bundle_summary
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     manifest = read_manifest(bundle)
     data = bundle_summary(manifest, bundle)
+    if data["load_snippet"] is None:
+        data["load_snippet"] = _backend_snippet(manifest.backend, bundle)
     failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
     _finish(data, lambda: _render(data), failure)
 
 
+def _backend_snippet(backend: str, bundle: Path) -> str | None:
+    """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
+    from neuronc.backends import get_backend, is_registered
+
+    if not is_registered(backend):
+        return None
+    return get_backend(backend).load_snippet(str(bundle.absolute()))
+
+
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
 def verify_command(
-    bundle: BundleArg,
+    bundle_arg: BundleOrUrlArg,
     against_env: AgainstEnvOpt = False,
     accuracy: Annotated[
         bool,
@@ -76,13 +92,19 @@ def verify_command(
     ] = None,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra."""
     from neuronc.bundle import read_manifest
+    from neuronc.store import is_remote
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
+    if is_remote(bundle_arg):
+        _verify_remote(bundle_arg, against_env=against_env, accuracy=accuracy, jobs=jobs)
+        return
+    bundle = Path(bundle_arg)
     manifest = read_manifest(bundle)
     data: dict[str, Any] = {"bundle": str(bundle), "config_hash": manifest.config_hash, "ok": False}
     extra: dict[str, VerifyCheck] | None = None
@@ -91,6 +113,28 @@ def verify_command(
 
         extra = {"accuracy": accuracy_check(prompts, tol)}  # reads the prompts file now: exit 2 if bad
     failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
+    data["ok"] = failure is None
+    _finish(data, lambda: _render_verify(data), failure)
+
+
+def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | None) -> None:
+    """`neuronc verify s3://.../<bundle>`: hash every stored object as it streams (nothing is kept)."""
+    from neuronc.store import split_bundle_url, verify_url
+
+    if accuracy:
+        raise InvalidInputError("--accuracy runs a local bundle", hint="fetch it first (neuronc compile --out)")
+    checked = verify_url(url, jobs=jobs)
+    manifest = checked.entry.manifest
+    data: dict[str, Any] = {"bundle": url, "config_hash": manifest.config_hash, "verify": checked.report.to_json()}
+    failure: NeuroncError | None = None
+    try:
+        checked.report.raise_for_problems()
+    except NeuroncError as exc:
+        store = split_bundle_url(url)[0]
+        exc.hint = f"`neuronc store verify {manifest.config_hash[:12]} --store {store} --repair` mends or drops it"
+        failure = exc
+    if against_env:
+        failure = failure or _environment_failure(url, manifest, data)
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
 
@@ -106,7 +150,7 @@ def _run_checks(
     extra: dict[str, VerifyCheck] | None = None,
 ) -> NeuroncError | None:
     """Run the requested checks into ``data``; return the first failure (integrity before environment)."""
-    from neuronc.bundle import INCOMPATIBLE, verify_bundle
+    from neuronc.bundle import verify_bundle
 
     failures: list[NeuroncError] = []
     if verify:
@@ -118,16 +162,9 @@ def _run_checks(
         except NeuroncError as exc:
             failures.append(exc)
     if against_env:
-        comparison = environment_comparison(manifest)
-        data["environment"] = comparison
-        if comparison["verdict"] == INCOMPATIBLE:
-            details = [
-                f"{d['package']}: bundle {d['bundle']}, installed {d['installed']} ({d['reason']})"
-                for d in comparison["differences"]
-                if d["verdict"] == INCOMPATIBLE
-            ]
-            msg = f"{bundle}: built with a toolchain incompatible with this environment"
-            failures.append(EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint")))
+        incompatible = _environment_failure(str(bundle), manifest, data)
+        if incompatible is not None:
+            failures.append(incompatible)
     for name, check in (extra or {}).items():
         if failures:  # running a model from a damaged or incompatible bundle proves nothing
             data[name] = {"skipped": "an earlier check failed"}
@@ -140,6 +177,23 @@ def _run_checks(
             if isinstance(carried, dict):
                 data[name] = carried
     return failures[0] if failures else None
+
+
+def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> NeuroncError | None:
+    """Compare the bundle's toolchain with this environment into ``data``; the error if incompatible."""
+    from neuronc.bundle import INCOMPATIBLE
+
+    comparison = environment_comparison(manifest)
+    data["environment"] = comparison
+    if comparison["verdict"] != INCOMPATIBLE:
+        return None
+    details = [
+        f"{d['package']}: bundle {d['bundle']}, installed {d['installed']} ({d['reason']})"
+        for d in comparison["differences"]
+        if d["verdict"] == INCOMPATIBLE
+    ]
+    msg = f"{bundle}: built with a toolchain incompatible with this environment"
+    return EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint"))
 
 
 def environment_comparison(manifest: Any) -> dict[str, Any]:
@@ -194,23 +248,25 @@ def _s(value: Any, limit: int = 200) -> str:
     """A manifest value made safe for the terminal: no control characters, no Rich markup."""
     from rich.markup import escape
 
+    return escape(_cell(value, limit))
+
+
+def _cell(value: Any, limit: int = 200) -> str:
+    """A manifest value for a table cell: no control characters (cells are never read as markup)."""
     from neuronc.bundle import safe_text
 
-    return "" if value is None else escape(safe_text(value, limit))
+    return "" if value is None else safe_text(value, limit)
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+    from neuronc.fsutil import format_bytes
+
+    return "-" if n is None else format_bytes(n)
 
 
 def _render(d: dict[str, Any]) -> None:
+    from neuronc.fsutil import plural
+
     seq = d["sequence"]
     model = d["model"]
     revision = f" @ {_s(model['revision'], 64)}" if model["revision"] else ""
@@ -226,14 +282,14 @@ def _render(d: dict[str, Any]) -> None:
     if d["graphs"]:
         rows = [
             [
-                _s(g["name"]),
-                _s(g["role"]),
+                _cell(g["name"]),
+                _cell(g["role"]),
                 g["batch"],
                 g["bucket"],
                 _size(g["bytes"]),
                 f"{g['compile_seconds']:.1f}",
                 "hit" if g["cache_hit"] else "",
-                _s(g["artifact"]),
+                _cell(g["artifact"]),
             ]
             for g in d["graphs"]
         ]
@@ -242,25 +298,28 @@ def _render(d: dict[str, Any]) -> None:
             rows,
             title="graphs",
             justify={"batch": "right", "bucket": "right", "size": "right", "compile s": "right"},
+            optional=["role", "size", "compile s", "cache", "artifact"],
         )
     if d["shards"]:
-        rows = [[s["rank"], _s(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
+        rows = [[s["rank"], _cell(s["file"]), _size(s["bytes"]), s["sha256"][:16]] for s in d["shards"]]
         out.table(["rank", "file", "size", "sha256"], rows, title="shards", justify={"size": "right"})
     out.table(
-        ["package", "version"], [[_s(k), _s(v) if v else "-"] for k, v in d["toolchain"].items()], title="toolchain"
+        ["package", "version"],
+        [[_cell(k), _cell(v) if v else "-"] for k, v in d["toolchain"].items()],
+        title="toolchain",
     )
     keys = d["keys"]
     out.print(f"config     {keys['config_hash']}")
     out.print(f"toolchain  {keys['toolchain_key']}")
     t = d["totals"]
     out.print(
-        f"totals     {t['files']} files, {_size(t['bytes'])}; {t['graphs']} graphs, {t['shards']} shards; "
+        f"totals     {plural(t['files'], 'file')}, {_size(t['bytes'])}; {plural(t['graphs'], 'graph')}, "
+        f"{plural(t['shards'], 'shard')}; "
         f"compile {t['compile_seconds']:.1f} s, wall {t['wall_seconds']:.1f} s"
     )
     if d["load_snippet"]:
         out.print("load:")
-        for line in str(d["load_snippet"]).splitlines()[:40]:
-            out.print(f"  {_s(line, 300)}")
+        out.code("\n".join(f"  {line}" for line in str(d["load_snippet"]).splitlines()[:40]))
     if "verify" in d:
         _render_verify(d)
     if "environment" in d:

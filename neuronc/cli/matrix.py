@@ -39,10 +39,10 @@ _EPILOG = (
 @command(name="matrix", epilog=_EPILOG)
 def matrix_command(profiles: ProfilesOrDirsArg, output_format: FormatOpt = MatrixFormat.json) -> None:
     """Print one entry per bundle (profile, build index, key, expected runner) for a CI job matrix."""
-    from neuronc.build import load_builds
-    from neuronc.plan import GITHUB_MATRIX_LIMIT, matrix_entries, profile_paths
+    from neuronc.ci import GITHUB_MATRIX_LIMIT, matrix_entries
+    from neuronc.profile import expand_profile_paths, load_builds
 
-    entries = matrix_entries(load_builds(profile_paths(profiles)))
+    entries = [e.to_json() for e in matrix_entries(load_builds(expand_profile_paths(profiles)))]
     if not entries:
         raise InvalidInputError("no builds in the profiles given")
     if output_format is MatrixFormat.github and len(entries) > GITHUB_MATRIX_LIMIT:

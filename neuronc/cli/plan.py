@@ -9,7 +9,7 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt, StoreOpt
+from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INVALID_INPUT, PreflightError
 
 ProfilesOrDirsArg = Annotated[
@@ -41,15 +41,17 @@ def plan_command(
     online: OnlineOpt = False,
     jobs: PlanJobsOpt = 1,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
-    from neuronc.build import load_builds
-    from neuronc.plan import host_ram_bytes, plan_builds, profile_paths
+    from neuronc.ci import plan_builds
+    from neuronc.preflight import host_ram_bytes
+    from neuronc.profile import expand_profile_paths, load_builds
 
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     if snapshot is not None and online:
         raise typer.BadParameter("give --snapshot or --online, not both")
-    specs = load_builds(profile_paths(profiles))
+    specs = load_builds(expand_profile_paths(profiles))
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
     data = {
@@ -65,16 +67,26 @@ def plan_command(
         return
     if out.json_mode:
         raise typer.Exit(EXIT_INVALID_INPUT)
-    details = [f"{p.label}: {p.estimate.summary()}" for p in failing]
-    count = len(failing)
-    msg = f"{count} build{'s' if count != 1 else ''} cannot fit the target's memory per NeuronCore"
-    raise PreflightError(msg, details=details, hint="raise tp_degree, or lower batch_size or sequence.max_length")
+    from neuronc.fsutil import plural
+    from neuronc.preflight import load_model_config, smallest_fitting_tp
+
+    details = []
+    fixes = []
+    for p in failing:
+        details.append(f"{p.label}: {p.estimate.summary()}")
+        config = load_model_config(p.spec)
+        better = smallest_fitting_tp(p.spec, config) if config is not None else None
+        if better is not None:
+            fixes.append(f"raise tp_degree to {better} for {p.label} (the smallest supported degree that fits)")
+    msg = f"{plural(len(failing), 'build')} cannot fit the target's memory per NeuronCore"
+    hint = "; ".join(fixes) + ", " if fixes else "raise tp_degree, "
+    raise PreflightError(msg, details=details, hint=hint + "or lower batch_size or sequence.max_length")
 
 
 def _render(plans: list[Any]) -> None:
     from rich.markup import escape
 
-    from neuronc.plan import gib
+    from neuronc.preflight import gib
 
     rows = []
     for p in plans:
@@ -87,11 +99,11 @@ def _render(plans: list[Any]) -> None:
                 device += f" ({fraction:.0%})"
         rows.append(
             [
-                escape(p.label),
+                p.label,
                 p.config_hash[:12],
                 f"{p.spec.backend} · {p.spec.target} · tp {p.spec.tp_degree} · b{p.spec.batch_size}",
                 p.store["status"],
-                p.hf_cache["status"],
+                str(p.hf_cache.status),
                 device,
                 est.status,
                 gib(est.host_split_bytes) if est.host_split_bytes else ("-" if est.model else "?"),
@@ -111,6 +123,7 @@ def _render(plans: list[Any]) -> None:
             "host compile",
         ],
         rows,
+        optional=["key", "hf cache", "host split", "host compile"],
     )
     for p in plans:
         names = ", ".join(g["name"] for g in p.graphs)
@@ -121,8 +134,8 @@ def _render(plans: list[Any]) -> None:
             out.print(escape(f"  store: {p.store['note']}"))
         if p.store.get("other_toolchains"):
             out.print(escape(f"  store has this config for other toolchains: {', '.join(p.store['other_toolchains'])}"))
-        if p.hf_cache.get("detail") and p.hf_cache["status"] == "unknown":
-            out.print(escape(f"  hf cache: {p.hf_cache['detail']}"))
+        if p.hf_cache.reason and p.hf_cache.status == "unknown":
+            out.print(escape(f"  hf cache: {p.hf_cache.reason}"))
 
 
 __all__ = ["plan_command"]

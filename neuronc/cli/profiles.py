@@ -9,7 +9,7 @@ import typer
 
 from neuronc._output import out, to_json_text
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt, ProfilesArg
+from neuronc.cli._options import JsonOpt, ProfilesArg, WideOpt
 from neuronc.errors import InvalidInputError, NeuroncError, ProfileError
 
 
@@ -39,9 +39,9 @@ def describe_profile(path: Path) -> dict[str, Any]:
 
 
 @command(name="validate")
-def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False) -> None:
+def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """Validate profiles; print each build's normalised profile, config hash and planned graphs."""
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     results: list[dict[str, Any]] = []
     failures: list[ProfileError] = []
     for path in profiles:
@@ -126,9 +126,10 @@ def hash_command(
     paths: Annotated[list[Path], typer.Argument(help="Profiles (or bundles) to hash.", show_default=False)],
     diff: Annotated[bool, typer.Option("--diff", help="Compare exactly two: which hashed fields differ.")] = False,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Print config hashes; with --diff A B, name the hashed fields that differ."""
-    out.configure(json_mode=json_out)
+    out.configure(json_mode=json_out, wide=wide)
     if diff and len(paths) != 2:
         msg = f"--diff compares exactly two profiles or bundles, got {len(paths)}"
         raise InvalidInputError(msg)

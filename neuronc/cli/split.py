@@ -11,12 +11,14 @@ from neuronc._output import out
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.errors import InvalidInputError, VerificationError
+from neuronc.fsutil import format_bytes, plural
 
 _EPILOG = (
     "Examples: neuronc split ./Llama-3.1-8B --tp 8 --out ./weights --dtype bf16 [--hash] | "
     "neuronc split meta-llama/Llama-3.1-8B --tp 8 --out ./weights (from the Hugging Face cache) | "
     "neuronc split --check ./weights --json. "
-    "Exit codes: 0 ok, 2 invalid input or broken checkpoint, 4 --check found a mismatch."
+    "Exit codes: 0 ok, 2 invalid input or broken checkpoint, 4 --check found a mismatch, "
+    "5 no space left for --out (nothing is left behind)."
 )
 
 
@@ -72,16 +74,16 @@ def split_command(
 
     def render() -> None:
         if hash_shards:
-            rows = [[s.rank, s.file, _size(s.bytes), (s.sha256 or "")[:16]] for s in result.shards]
+            rows = [[s.rank, s.file, format_bytes(s.bytes), (s.sha256 or "")[:16]] for s in result.shards]
             out.table(["rank", "file", "size", "sha256"], rows, justify={"size": "right"})
         else:
-            rows = [[s.rank, s.file, _size(s.bytes)] for s in result.shards]
+            rows = [[s.rank, s.file, format_bytes(s.bytes)] for s in result.shards]
             out.table(["rank", "file", "size"], rows, justify={"size": "right"})
-        rss = f", peak RSS {_size(result.peak_rss_bytes)}" if result.peak_rss_bytes else ""
+        rss = f", peak RSS {format_bytes(result.peak_rss_bytes)}" if result.peak_rss_bytes else ""
         cast = f" as {result.dtype}" if result.dtype else ""
         out.success(
-            f"{result.family}: {result.tensors} tensors into tp={result.tp}{cast}, "
-            f"{_size(result.total_bytes)} in {result.seconds:.1f} s{rss} -> {result.out_dir}"
+            f"{result.family}: {plural(result.tensors, 'tensor')} into tp={result.tp}{cast}, "
+            f"{format_bytes(result.total_bytes)} in {result.seconds:.1f} s{rss} -> {result.out_dir}"
         )
 
     out.result(data, render)
@@ -93,23 +95,15 @@ def _check(split_dir: Path, model_dir: Path | None) -> None:
     with out.progress() as sink:
         report = check_split(split_dir, model_dir, progress=sink)
     if not report.ok:
-        msg = f"{split_dir}: {len(report.mismatches)} problem(s) against {report.model_dir}"
+        msg = f"{split_dir}: {plural(len(report.mismatches), 'problem')} against {report.model_dir}"
         details = [str(m) for m in report.mismatches[:20]]
         raise VerificationError(msg, details=details, hint="re-run neuronc split; the source may have changed")
 
     def render() -> None:
         out.success(
-            f"{report.tensors_checked} tensors in {report.shards_checked} shards match {report.model_dir} "
-            f"bit for bit ({_size(report.bytes_compared)} compared in {report.seconds:.1f} s)"
+            f"{plural(report.tensors_checked, 'tensor')} in {plural(report.shards_checked, 'shard')} "
+            f"match {report.model_dir} "
+            f"bit for bit ({format_bytes(report.bytes_compared)} compared in {report.seconds:.1f} s)"
         )
 
     out.result(report.to_json(), render)
-
-
-def _size(n: int | None) -> str:
-    value = float(n or 0)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"

@@ -1,8 +1,9 @@
-"""`neuronc store list|rm|gc`: the local bundle store."""
+"""`neuronc store list|rm|gc|verify|publish`: a bundle store, local (a directory) or remote (s3://, hf://)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -10,21 +11,28 @@ from neuronc._output import out
 from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt, StoreOpt
 
-store_app = typer.Typer(no_args_is_help=True, help="List, remove and clean up bundles in the local store.")
+if TYPE_CHECKING:
+    from neuronc.store import BundleStore
+
+store_app = typer.Typer(no_args_is_help=True, help="List, verify, remove and clean up bundles in a store.")
 app.add_typer(store_app, name="store")
 
+KeyArg = Annotated[
+    str, typer.Argument(help="Config-hash prefix (4+ hex), HASH@TOOLCHAIN prefix, or store-relative path.")
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Act on every bundle the key matches.")]
 
-def _size(n: int) -> str:
-    from neuronc.cli.inspect import _size as size
 
-    return size(n)
-
-
-def _open(store: str | None) -> Any:
-    """A local Store, or a remote one (s3://, hf://) through neuronc.remote_store."""
-    from neuronc.remote_store import open_store
+def _open(store: str | None) -> BundleStore:
+    from neuronc.store import open_store
 
     return open_store(store)
+
+
+def _size(n: int | None) -> str:
+    from neuronc.fsutil import format_bytes
+
+    return "-" if n is None else format_bytes(n)
 
 
 def _age(seconds: float | None) -> str:
@@ -38,7 +46,7 @@ def _age(seconds: float | None) -> str:
 
 @command(store_app, name="list", epilog="Example: neuronc store list --json | jq '.bundles[].key'")
 def list_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
-    """List complete bundles: key, model, backend, size, age."""
+    """List complete bundles: key, model, backend, size, age. A missing bucket or repository is exit 5."""
     from neuronc.cli.inspect import _s
 
     out.configure(json_mode=json_out)
@@ -47,7 +55,7 @@ def list_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
 
     def render() -> None:
         if not rows:
-            out.print(f"no bundles in {_s(s.root)}")
+            out.print(f"no bundles in {_s(s.location)}")
             return
         out.table(
             ["key", "model", "backend", "target", "toolchain", "size", "age"],
@@ -66,53 +74,118 @@ def list_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
             justify={"size": "right", "age": "right"},
         )
 
-    out.result({"store": str(s.root), "bundles": rows}, render)
+    out.result({"store": s.location, "bundles": rows}, render)
 
 
 @command(
     store_app, name="rm", epilog="Example: neuronc store rm 3f9a2c  (a config-hash prefix; HASH@TOOLCHAIN to pick one)"
 )
-def rm_command(
-    key: Annotated[
-        str, typer.Argument(help="Config-hash prefix (4+ hex), HASH@TOOLCHAIN prefix, or store-relative path.")
-    ],
-    all_matches: Annotated[bool, typer.Option("--all", help="Remove every bundle the key matches.")] = False,
-    store: StoreOpt = None,
-    json_out: JsonOpt = False,
-) -> None:
+def rm_command(key: KeyArg, all_matches: AllOpt = False, store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """Remove bundles from the store."""
-    from neuronc.errors import InvalidInputError
-    from neuronc.store import Store
-
     out.configure(json_mode=json_out)
-    s = _open(store)
-    if isinstance(s, Store):
-        removed = s.remove(key, all_matches=all_matches)
-    else:
-        matches = s.find(key)
-        if len(matches) > 1 and not all_matches:
-            msg = f"'{key}' matches {len(matches)} bundles"
-            raise InvalidInputError(msg, details=[str(e.path) for e in matches], hint="give a longer prefix, or --all")
-        removed = s.remove(key)
+    removed = _open(store).remove(key, all_matches=all_matches)
     data: dict[str, Any] = {"removed": [e.to_json() for e in removed], "bytes_freed": sum(e.size for e in removed)}
 
     def render() -> None:
         for e in removed:
-            out.print(f"removed {e.key} ({_size(e.size)}) {e.path}")
+            out.print(f"removed {e.key} ({_size(e.size)}) {e.location}")
 
     out.result(data, render)
 
 
 @command(store_app, name="gc", epilog="Example: neuronc store gc --json")
 def gc_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
-    """Remove staging leftovers of interrupted builds, incomplete bundles and stale locks."""
+    """Remove leftovers of interrupted builds and uploads, incomplete bundles, stale locks, unreferenced objects."""
     out.configure(json_mode=json_out)
     report = _open(store).gc()
-    data = report.to_json()
 
     def render() -> None:
-        for r in data["removed"]:
-            out.print(f"removed {r.get('path')} ({r.get('reason', 'unreferenced')}, {_size(int(r.get('bytes') or 0))})")
+        for r in report.removed:
+            out.print(f"removed {r.path} ({r.reason}, {_size(r.bytes)})")
+        if report.kept_young:
+            out.print(f"kept {report.kept_young} unreferenced object(s) younger than the grace period")
         out.print(f"freed {_size(report.bytes_freed)}")
 
-    out.result(data, render)
+    out.result(report.to_json(), render)
+
+
+@command(
+    store_app,
+    name="verify",
+    epilog="Example: neuronc store verify 3f9a2c --store s3://bucket/bundles --repair",
+)
+def verify_command(
+    key: KeyArg,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Mend a damaged bundle: upload good copies of its damaged files again (from --from or this "
+            "host's cache), or else drop it so the next compile rebuilds it.",
+        ),
+    ] = False,
+    source: Annotated[
+        Path | None, typer.Option("--from", help="With --repair: a local copy of the bundle to take good files from.")
+    ] = None,
+    store: StoreOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check every file of the bundles KEY names against their manifest (exit 4 if one is damaged)."""
+    from neuronc.cli.inspect import _finish
+    from neuronc.errors import InvalidInputError, VerificationError
+
+    out.configure(json_mode=json_out)
+    if source is not None and not repair:
+        raise InvalidInputError("--from applies to --repair", hint="add --repair")
+    s = _open(store)
+    if repair:
+        repairs = s.repair(key, source=source)
+        data: dict[str, Any] = {"store": s.location, "bundles": [r.to_json() for r in repairs]}
+
+        def render_repairs() -> None:
+            for r in repairs:
+                out.print(f"{r.entry.key} {r.action}: {r.entry.location}")
+                for line in r.problems:
+                    out.print(f"  {line}")
+
+        out.result(data, render_repairs)
+        return
+    checked = s.verify(key)
+    bad = [c for c in checked if not c.ok]
+    data = {
+        "store": s.location,
+        "ok": not bad,
+        "bundles": [{**c.entry.to_json(), **c.report.to_json()} for c in checked],
+    }
+
+    def render() -> None:
+        for c in checked:
+            out.print(f"{c.entry.key} {'ok' if c.ok else 'FAILED'}: {c.report.files_checked} files, {c.entry.location}")
+            for line in c.report.problems():
+                out.print(f"  {line}")
+
+    error = None
+    if bad:
+        error = VerificationError(
+            f"{s.location}: {len(bad)} bundle(s) failed verification",
+            hint=f"`neuronc store verify {key} --store {s.location} --repair` mends or drops them",
+        )
+    _finish(data, render, error)
+
+
+@command(store_app, name="publish", epilog="Example: neuronc store publish ./bundle --store s3://bucket/bundles")
+def publish_command(
+    bundle: Annotated[Path, typer.Argument(help="A complete bundle directory.", show_default=False)],
+    store: StoreOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy a bundle into the store after checking every file (exit 4 if it is damaged)."""
+    out.configure(json_mode=json_out)
+    s = _open(store)
+    published = s.publish(bundle)
+
+    def render() -> None:
+        word = "published" if not published.lost_race else "already stored"
+        out.print(f"{word}: {published.location}")
+
+    out.result(published.to_json(), render)

@@ -1,61 +1,82 @@
-"""Serving configs from a bundle: vLLM, TGI (with data-parallel replicas behind nginx), TorchServe, SageMaker.
+"""Serving files from a bundle: vLLM (NxDI through vllm-neuron; optimum-neuron through its own server),
+TGI, TorchServe and SageMaker, plus a GuideLLM ``benchmark.sh`` for each.
 
-``render(bundle_dir, stack, options)`` returns the files to write (path, text, what it is); every
-shape, size and name in them comes from the bundle's manifest. ``write(files, out_dir)`` writes
-them. Nothing here imports torch or any serving stack.
+``render(bundle_dir, stack, options)`` returns what to write; every shape, size, name and version in
+it comes from the bundle's manifest; ``write(rendered, out_dir)`` writes it. Nothing here imports
+torch or any serving stack. The stack modules import only ``_types``/``_values``/helpers, never this
+package, so there is no import cycle.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from neuronc.deploy._values import COMPATIBLE, STACKS, ServingValues, check_compatible, serving_values
+from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
+from neuronc.deploy._values import ServingValues, serving_values
+from neuronc.errors import InvalidInputError
+
+# Which backends' bundles each stack serves (docs/deploy.md has the versions).
+COMPATIBLE: dict[Stack, frozenset[str]] = {
+    Stack.vllm: frozenset({"nxdi", "optimum-neuron"}),
+    Stack.tgi: frozenset({"optimum-neuron"}),
+    Stack.torchserve: frozenset({"transformers-neuronx"}),
+    Stack.sagemaker: frozenset({"optimum-neuron"}),
+}
+_STACK_FOR = {
+    "nxdi": "vllm",
+    "optimum-neuron": "vllm (or sagemaker; tgi for optimum-neuron 0.3.x)",
+    "transformers-neuronx": "torchserve",
+}
 
 
-@dataclass(frozen=True)
-class DeployOptions:
-    """What the manifest cannot know: where things run and are reached."""
-
-    bundle_path: str | None = None  # the bundle's path on the serving host (default: as given)
-    instance_type: str | None = None  # default: the smallest instance with tp_degree NeuronCores
-    replicas: int | None = None  # TGI: default = every disjoint device group the instance has
-    port: int = 8080
-    image: str | None = None
-    s3_uri: str | None = None  # SageMaker: where the bundle directory was uploaded (an S3 prefix)
-    role_arn: str | None = None  # SageMaker execution role
-    handler: str = "inf2_handler.py"  # TorchServe handler file
+def parse_stack(word: str) -> Stack:
+    """A ``--for`` value as a Stack, or an error in plain words."""
+    try:
+        return Stack(word)
+    except ValueError:
+        choices = ", ".join(s.value for s in Stack)
+        raise InvalidInputError(f"--for {word}: not a serving stack neuronc knows; choose one of {choices}") from None
 
 
-@dataclass(frozen=True)
-class EmittedFile:
-    path: str  # relative to the output directory
-    text: str
-    what: str
-    executable: bool = False
+def check_compatible(stack: Stack, backend: str, target: str) -> None:
+    """Raise InvalidInputError (exit 2) with the way forward when a stack cannot serve this bundle."""
+    if backend in COMPATIBLE[stack]:
+        return
+    if target == "cpu" or backend not in _STACK_FOR:
+        msg = f"--for {stack.value}: a {backend} bundle for {target} is not served by a Neuron serving stack"
+        hint = (
+            "run it with `neuronc run BUNDLE --prompt ...`; to serve on Inferentia/Trainium, compile a Neuron "
+            "profile (backend nxdi for vLLM, optimum-neuron, or transformers-neuronx for TorchServe)"
+        )
+        raise InvalidInputError(msg, hint=hint)
+    loads = ", ".join(sorted(COMPATIBLE[stack]))
+    msg = f"--for {stack.value} cannot serve a bundle built with {backend} (it serves bundles built with {loads})"
+    raise InvalidInputError(msg, hint=f"a bundle built with {backend} deploys with --for {_STACK_FOR[backend]}")
 
 
-def render(bundle_dir: str | os.PathLike[str], stack: str, options: DeployOptions | None = None) -> list[EmittedFile]:
-    """The files a serving stack needs for this bundle (raises InvalidInputError for an unsupported pairing)."""
+def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: DeployOptions | None = None) -> Rendered:
+    """The files a serving stack needs for this bundle (InvalidInputError, exit 2, for a pairing it cannot serve)."""
     from neuronc.bundle import read_manifest
-    from neuronc.errors import InvalidInputError
 
-    if stack not in STACKS:
-        raise InvalidInputError(f"unknown serving stack '{stack}'; choose one of {', '.join(STACKS)}")
+    chosen = stack if isinstance(stack, Stack) else parse_stack(stack)
     options = options or DeployOptions()
     manifest = read_manifest(bundle_dir)
-    check_compatible(stack, manifest.backend)
+    check_compatible(chosen, manifest.backend, manifest.target)
     values = serving_values(manifest, Path(bundle_dir), options.bundle_path)
-    if stack == "vllm":
+    if chosen is Stack.vllm and values.backend == "nxdi":
         from neuronc.deploy.vllm import render_vllm
 
         return render_vllm(values, options)
-    if stack == "tgi":
+    if chosen is Stack.vllm:
+        from neuronc.deploy.optimum import render_optimum_vllm
+
+        return render_optimum_vllm(values, options)
+    if chosen is Stack.tgi:
         from neuronc.deploy.tgi import render_tgi
 
         return render_tgi(values, options)
-    if stack == "torchserve":
+    if chosen is Stack.torchserve:
         from neuronc.deploy.torchserve import render_torchserve
 
         return render_torchserve(values, options)
@@ -64,28 +85,28 @@ def render(bundle_dir: str | os.PathLike[str], stack: str, options: DeployOption
     return render_sagemaker(values, options)
 
 
-def write(files: list[EmittedFile], out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Write emitted files under ``out_dir`` (replacing older copies), each atomically."""
+def write(rendered: Rendered, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write the files under ``out_dir`` (replacing older copies), each atomically."""
+    from neuronc.fsutil import atomic_write_text
+
     root = Path(out_dir)
     written = []
-    for item in files:
+    for item in rendered.files:
         target = root / item.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-        tmp.write_text(item.text, encoding="utf-8")
-        if item.executable:
-            tmp.chmod(0o755)
-        os.replace(tmp, target)
+        atomic_write_text(target, item.text, fsync=False, mode=0o755 if item.executable else 0o644)
         written.append(target)
     return written
 
 
 __all__ = [
     "COMPATIBLE",
-    "STACKS",
     "DeployOptions",
     "EmittedFile",
+    "Rendered",
     "ServingValues",
+    "Stack",
+    "check_compatible",
+    "parse_stack",
     "render",
     "serving_values",
     "write",

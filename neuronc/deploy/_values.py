@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,28 +11,44 @@ from typing import Any
 from neuronc.bundle import Manifest
 from neuronc.errors import InvalidInputError
 
-STACKS = ("vllm", "tgi", "torchserve", "sagemaker")
-# Which backends' artifacts each stack can load as they are (reference/neuron-apis.md §5).
-COMPATIBLE: dict[str, frozenset[str]] = {
-    # vLLM's NxDI loader reuses NEURON_COMPILED_ARTIFACTS; optimum-neuron's vLLM plugin loads an export directory.
-    "vllm": frozenset({"nxdi", "optimum-neuron"}),
-    # TGI's neuron backend serves an optimum-neuron export (neuron_config.json) as it is.
-    "tgi": frozenset({"optimum-neuron"}),
-    # pytorch/serve's inf2 handlers drive transformers-neuronx.
-    "torchserve": frozenset({"transformers-neuronx"}),
-    # The Hugging Face TGI Neuron container on SageMaker (HF_MODEL_ID, MAX_BATCH_SIZE).
-    "sagemaker": frozenset({"optimum-neuron"}),
-}
-_STACK_HINT = {
-    "nxdi": "vllm",
-    "optimum-neuron": "tgi, sagemaker or vllm",
-    "transformers-neuronx": "torchserve",
-}
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class NxdiRecord:
+    """What the nxdi backend recorded in ``manifest.extra["nxdi"]``: the NeuronConfig it compiled with."""
+
+    neuron_config: Mapping[str, Any]
+    serving: str | None  # "vllm" when the profile asked for a build vLLM loads (options.serving)
+
+    @property
+    def continuous_batching(self) -> bool:
+        return bool(self.neuron_config.get("is_continuous_batching"))
+
+    @property
+    def ctx_batch_size(self) -> int | None:
+        value = self.neuron_config.get("ctx_batch_size")
+        return int(value) if isinstance(value, int) else None
+
+    @property
+    def block_kv_layout(self) -> bool:
+        nc = self.neuron_config
+        return any(bool(nc.get(k)) for k in ("is_block_kv_layout", "is_prefix_caching", "is_chunked_prefill"))
+
+
+@dataclass(frozen=True)
+class TnxRecord:
+    """What the transformers-neuronx backend recorded: the class, the exact from_pretrained kwargs, the NEFFs."""
+
+    model_class: str  # the class name exported at transformers_neuronx's top level, e.g. LlamaForSampling
+    from_pretrained: Mapping[str, Any]  # batch_size, tp_degree, amp ('f32'/'f16'/'bf16'), n_positions, ...
+    neuron_config: Mapping[str, Any] | None
+    neffs: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class ServingValues:
-    """Shapes and names a serving stack needs, all from the manifest's normalised profile."""
+    """Shapes, names and versions a serving stack needs, all from the manifest."""
 
     bundle: str  # the bundle's path as the serving host sees it
     model_id: str
@@ -41,17 +58,23 @@ class ServingValues:
     tp_degree: int
     batch_size: int
     amp: str
-    dtype: str
     max_length: int
     max_context_length: int
     context_buckets: tuple[int, ...]
     token_buckets: tuple[int, ...]
     compiler_flags: tuple[str, ...]
     config_hash: str
-    toolchain: dict[str, str | None]
-    options: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
+    weights: str
+    toolchain: Mapping[str, str | None]
+    bundle_bytes: int = 0  # every file the manifest lists
+    options: Mapping[str, Any] = field(default_factory=dict)
     model_type: str | None = None
+    nxdi: NxdiRecord | None = None
+    tnx: TnxRecord | None = None
+
+    @property
+    def dtype(self) -> str:
+        return DTYPES.get(self.amp, self.amp)
 
     @property
     def key(self) -> str:
@@ -64,39 +87,80 @@ class ServingValues:
         safe = "".join(c if c.isalnum() else "-" for c in base).strip("-")[:40] or "model"
         return f"{safe}-{self.key}"
 
+    @property
+    def longest_prompt(self) -> int:
+        """The longest prompt a context-encoding graph of this bundle takes (its largest context bucket)."""
+        return max(self.context_buckets) if self.context_buckets else self.max_context_length
 
-def _get(profile: dict[str, Any], *keys: str) -> Any:
+    def version(self, package: str) -> str | None:
+        value = self.toolchain.get(package)
+        return value if isinstance(value, str) and value else None
+
+
+def _get(profile: Mapping[str, Any], *keys: str) -> Any:
     node: Any = profile
     for key in keys:
-        if not isinstance(node, dict) or key not in node:
+        if not isinstance(node, Mapping) or key not in node:
             msg = f"manifest profile has no {'.'.join(keys)}"
             raise InvalidInputError(msg, hint="this bundle was not written by a neuronc that records its profile")
         node = node[key]
     return node
 
 
+def _model_type(manifest: Manifest, bundle_dir: Path) -> str | None:
+    if manifest.file("model/config.json") is None:
+        return None
+    try:
+        config = json.loads((bundle_dir / "model" / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = config.get("model_type") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _nxdi(extra: Mapping[str, Any]) -> NxdiRecord | None:
+    info = extra.get("nxdi")
+    if not isinstance(info, Mapping):
+        return None
+    neuron_config = info.get("neuron_config")
+    serving = info.get("serving")
+    return NxdiRecord(
+        neuron_config=dict(neuron_config) if isinstance(neuron_config, Mapping) else {},
+        serving=serving if isinstance(serving, str) else None,
+    )
+
+
+def _tnx(extra: Mapping[str, Any]) -> TnxRecord | None:
+    info = extra.get("transformers_neuronx")
+    if not isinstance(info, Mapping):
+        return None
+    kwargs = info.get("from_pretrained")
+    kwargs = dict(kwargs) if isinstance(kwargs, Mapping) else {}
+    neuron_config = kwargs.pop("neuron_config", None)
+    neffs = info.get("neffs")
+    return TnxRecord(
+        model_class=str(info.get("model_class", "")).rpartition(".")[2],
+        from_pretrained=kwargs,
+        neuron_config=dict(neuron_config) if isinstance(neuron_config, Mapping) else None,
+        neffs=tuple(str(n) for n in neffs) if isinstance(neffs, list) else (),
+    )
+
+
 def serving_values(manifest: Manifest, bundle_dir: Path, bundle_path: str | None = None) -> ServingValues:
     """Read every serving value from the manifest (model_type from the bundle's model/config.json, if listed)."""
     profile = manifest.profile
-    amp = str(_get(profile, "amp"))
     flags = manifest.hashed_inputs.get("compiler_flags")
-    model_type = None
-    if manifest.file("model/config.json") is not None:
-        try:
-            config = json.loads((bundle_dir / "model" / "config.json").read_text(encoding="utf-8"))
-            model_type = config.get("model_type") if isinstance(config, dict) else None
-        except (OSError, ValueError):
-            model_type = None
+    raw_model = profile.get("model")
+    model: Mapping[str, Any] = raw_model if isinstance(raw_model, Mapping) else {}
     return ServingValues(
-        bundle=bundle_path or str(bundle_dir.absolute()),
+        bundle=(bundle_path or str(bundle_dir.absolute())).rstrip("/") or "/",
         model_id=str(_get(profile, "model", "id")),
-        revision=profile.get("model", {}).get("revision"),
+        revision=model.get("revision") if isinstance(model.get("revision"), str) else None,
         backend=manifest.backend,
         target=manifest.target,
         tp_degree=int(_get(profile, "tp_degree")),
         batch_size=int(_get(profile, "batch_size")),
-        amp=amp,
-        dtype={"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}.get(amp, amp),
+        amp=str(_get(profile, "amp")),
         max_length=int(_get(profile, "sequence", "max_length")),
         max_context_length=int(_get(profile, "sequence", "max_context_length")),
         context_buckets=tuple(int(b) for b in _get(profile, "sequence", "context_buckets")),
@@ -105,19 +169,14 @@ def serving_values(manifest: Manifest, bundle_dir: Path, bundle_path: str | None
             str(f) for f in (flags if isinstance(flags, list) else profile.get("compiler_flags") or ())
         ),
         config_hash=manifest.config_hash,
+        weights=str(profile.get("weights") or "presharded"),
         toolchain=dict(manifest.toolchain),
+        bundle_bytes=sum(entry.size for entry in manifest.files),
         options=dict(profile.get("options") or {}),
-        extra=dict(manifest.extra),
-        model_type=model_type if isinstance(model_type, str) else None,
+        model_type=_model_type(manifest, bundle_dir),
+        nxdi=_nxdi(manifest.extra),
+        tnx=_tnx(manifest.extra),
     )
 
 
-def check_compatible(stack: str, backend: str) -> None:
-    """Raise InvalidInputError (exit 2) when a stack cannot load this backend's artifacts."""
-    if backend in COMPATIBLE[stack]:
-        return
-    suggestion = _STACK_HINT.get(backend)
-    hint = f"a {backend} bundle deploys with --for {suggestion}" if suggestion else None
-    loads = ", ".join(sorted(COMPATIBLE[stack]))
-    msg = f"--for {stack} cannot serve a bundle built with {backend} (it loads bundles built with {loads})"
-    raise InvalidInputError(msg, hint=hint)
+__all__ = ["DTYPES", "NxdiRecord", "ServingValues", "TnxRecord", "serving_values"]

@@ -1,61 +1,80 @@
-"""SageMaker: model and endpoint settings for an uncompressed S3 artifact, served by the Hugging Face
-TGI Neuron container (HF_MODEL_ID, MAX_BATCH_SIZE; reference/neuron-apis.md §5.2)."""
+"""SageMaker: an endpoint for an optimum-neuron bundle uploaded to S3 uncompressed.
+
+The container family follows the bundle's optimum-neuron version (``images.py``): for 0.4.x the
+Hugging Face vLLM neuronx inference container, configured with ``SM_ON_*`` variables (its
+entrypoint passes them to ``optimum-cli neuron serve``; optimum-neuron ``docker/vllm/Dockerfile``).
+SageMaker copies an ``S3Prefix`` model into ``/opt/ml/model``. The request files are the inputs of
+``aws sagemaker create-model / create-endpoint-config / create-endpoint --cli-input-json``.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from neuronc.deploy._compose import resolve_instance
+from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
+from neuronc.deploy._values import ServingValues
+from neuronc.deploy.benchmark import Endpoint, benchmark_files
+from neuronc.deploy.images import choose_image, public
+from neuronc.deploy.optimum import longest_sequence, sm_on_env
 from neuronc.errors import InvalidInputError
 
-if TYPE_CHECKING:
-    from neuronc.deploy import DeployOptions, EmittedFile
-    from neuronc.deploy._values import ServingValues
-
-# SageMaker copies an S3Prefix model into this directory of the container.
 MODEL_DIR = "/opt/ml/model"
 PLACEHOLDER_S3 = "s3://YOUR-BUCKET/neuronc/{name}/"
-PLACEHOLDER_ROLE = "arn:aws:iam::YOUR-ACCOUNT:role/YOUR-SAGEMAKER-ROLE"
-PLACEHOLDER_IMAGE = "YOUR-ACCOUNT.dkr.ecr.YOUR-REGION.amazonaws.com/huggingface-pytorch-tgi-inference:neuronx"
-# Loading a large model onto the NeuronCores takes minutes; SageMaker's default health-check wait is shorter.
-STARTUP_TIMEOUT_S = 1800
+PLACEHOLDER_ROLE = "arn:aws:iam::123456789012:role/YOUR-SAGEMAKER-ROLE"
+VERSIONS = ("optimum-neuron", "neuronx-cc")
+GIB = 1024**3
+# SageMaker's limits for both timeouts (ProductionVariant: 60 to 3600 seconds).
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 60, 3600
 
 
-def sagemaker_env(v: ServingValues) -> dict[str, str]:
-    from neuronc.deploy.tgi import tgi_env
+def timeouts(v: ServingValues) -> tuple[int, int]:
+    """(model data download, container start-up health check) seconds, sized to the bundle.
 
-    env = tgi_env(v, f"{MODEL_DIR}/artifacts")
-    env["HF_MODEL_ID"] = env.pop("MODEL_ID")  # the SageMaker entrypoint maps HF_MODEL_ID to MODEL_ID
-    return env
+    Download: 5 minutes plus 30 s per GiB of S3 objects. Start-up: 10 minutes plus 60 s per GiB
+    for loading the weights onto the NeuronCores; both within SageMaker's 60-3600 s.
+    """
+    gib = v.bundle_bytes / GIB
+    download = int(300 + 30 * gib)
+    startup = int(600 + 60 * gib)
+    return (max(MIN_TIMEOUT_S, min(MAX_TIMEOUT_S, download)), max(MIN_TIMEOUT_S, min(MAX_TIMEOUT_S, startup)))
 
 
-def render_sagemaker(v: ServingValues, options: DeployOptions) -> list[EmittedFile]:
-    from neuronc.deploy import EmittedFile
-    from neuronc.instances import default_instance, instance_type
+def _image(v: ServingValues, options: DeployOptions) -> str:
+    if options.image:
+        return options.image
+    if not (public(v.version("optimum-neuron")) or "").startswith("0.4."):
+        msg = (
+            f"SageMaker: neuronc knows containers for optimum-neuron 0.4.x exports only; this bundle was "
+            f"exported with optimum-neuron {v.version('optimum-neuron') or 'unknown'}"
+        )
+        raise InvalidInputError(msg, hint="deploy it with --for tgi on EC2, or pass --image with a container for it")
+    return choose_image("sagemaker-vllm", v.toolchain, VERSIONS).image.format(region=options.region)
 
+
+def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
+    image = _image(v, options)
     s3_uri = options.s3_uri or PLACEHOLDER_S3.format(name=v.name)
     if not s3_uri.startswith("s3://"):
         raise InvalidInputError(f"--s3-uri {s3_uri}: not an s3:// URI")
     if not s3_uri.endswith("/"):
         s3_uri += "/"  # S3Prefix: every object under the prefix, as a directory
-    if options.instance_type:
-        instance = instance_type(options.instance_type)
-        if instance is None or instance.target != v.target or instance.cores_at(v.options) < v.tp_degree:
-            msg = f"--instance-type {options.instance_type}: not a {v.target} instance with {v.tp_degree} NeuronCores"
-            raise InvalidInputError(msg)
-    else:
-        instance = default_instance(v.target, v.tp_degree, v.options)
-        if instance is None:
-            raise InvalidInputError(f"no SageMaker instance type for target {v.target}")
+    instance = resolve_instance(v, options)
+    if instance.cores_at(v.options) < v.tp_degree:
+        msg = f"--instance-type {instance.name}: {instance.cores} NeuronCores; the bundle needs {v.tp_degree}"
+        raise InvalidInputError(msg, hint="choose a larger --instance-type")
+    download_s, startup_s = timeouts(v)
     name = f"neuronc-{v.name}"[:63]
+    environment = sm_on_env(v, f"{MODEL_DIR}/artifacts")
     model: dict[str, Any] = {
         "ModelName": name,
         "ExecutionRoleArn": options.role_arn or PLACEHOLDER_ROLE,
         "PrimaryContainer": {
-            "Image": options.image or PLACEHOLDER_IMAGE,
+            "Image": image,
             "ModelDataSource": {"S3DataSource": {"S3Uri": s3_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}},
-            "Environment": sagemaker_env(v),
+            "Environment": environment,
         },
     }
     endpoint_config = {
@@ -66,7 +85,8 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> list[EmittedFi
                 "ModelName": name,
                 "InstanceType": f"ml.{instance.name}",
                 "InitialInstanceCount": 1,
-                "ContainerStartupHealthCheckTimeoutInSeconds": STARTUP_TIMEOUT_S,
+                "ModelDataDownloadTimeoutInSeconds": download_s,
+                "ContainerStartupHealthCheckTimeoutInSeconds": startup_s,
             }
         ],
     }
@@ -87,9 +107,35 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> list[EmittedFi
     def dump(data: dict[str, Any]) -> str:
         return json.dumps(data, indent=2) + "\n"
 
-    return [
+    # SageMaker endpoints take SigV4-signed requests at .../endpoints/NAME/invocations, which vLLM's
+    # /invocations route answers like /v1/completions: benchmark through a signing proxy on localhost.
+    endpoint_bench = Endpoint(
+        target="http://localhost:8080",
+        model=v.model_id,
+        concurrency=v.batch_size,
+        max_prompt=longest_sequence(v),
+        max_total=longest_sequence(v),
+        api_routes={"/v1/completions": f"endpoints/{name}/invocations"},
+        stream=False,
+        validate=False,
+        tokenizer=f"{v.bundle}/artifacts",
+    )
+    proxy = (
+        "Requests to a SageMaker endpoint are signed: start a SigV4 proxy on localhost:8080 first, e.g.",
+        f"docker run -p 8080:8080 public.ecr.aws/aws-observability/aws-sigv4-proxy --name sagemaker "
+        f"--region {options.region} --host runtime.sagemaker.{options.region}.amazonaws.com",
+    )
+    files = (
         EmittedFile("create-model.json", dump(model), "aws sagemaker create-model input"),
         EmittedFile("create-endpoint-config.json", dump(endpoint_config), "aws sagemaker create-endpoint-config input"),
         EmittedFile("create-endpoint.json", dump(endpoint), "aws sagemaker create-endpoint input"),
         EmittedFile("deploy.sh", script, "upload + create the endpoint", executable=True),
-    ]
+        *benchmark_files(v, endpoint_bench, proxy),
+    )
+    notes: tuple[str, ...] = ()
+    if not options.role_arn or not options.s3_uri:
+        notes = ("replace the placeholder role ARN / S3 URI (or pass --role-arn / --s3-uri)",)
+    return Rendered(Stack.sagemaker, files, image=image, notes=notes)
+
+
+__all__ = ["MODEL_DIR", "render_sagemaker", "timeouts"]

@@ -1,28 +1,31 @@
-"""TGI (neuron backend): `.env`, a docker-compose file with data-parallel replicas on disjoint
-`/dev/neuron*` groups behind nginx, and `nginx.conf` (reference/neuron-apis.md §5.2)."""
+"""TGI (neuron backend) for optimum-neuron exports whose version a TGI image ships (0.3.x).
+
+TGI's neuron image pins optimum-neuron 0.3.0 and neuronx-cc 2.19 from v3.3.5 on
+(text-generation-inference ``Dockerfile.neuron``); an export loads only under the exact versions
+it was made with, and ``tgi_env.py`` imports ``optimum.neuron.modeling_decoder``, which 0.4.x
+removed. An optimum-neuron 0.4.x bundle is refused with the target that serves it instead.
+
+``tgi_env.py`` checks the environment against the export's ``neuron_config.json``:
+``HF_NUM_CORES`` <= tp_degree, ``MAX_BATCH_SIZE`` <= batch, ``MAX_TOTAL_TOKENS`` <= sequence
+length, ``MAX_INPUT_TOKENS`` < sequence length, ``HF_AUTO_CAST_TYPE`` equal to the dtype.
+"""
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
-
-import yaml
-
+from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, compose_text, nginx_conf, placement
+from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
+from neuronc.deploy._values import ServingValues
+from neuronc.deploy.benchmark import Endpoint, benchmark_files
+from neuronc.deploy.images import IMAGES, choose_image, find_image, public
 from neuronc.errors import InvalidInputError
 
-if TYPE_CHECKING:
-    from neuronc.deploy import DeployOptions, EmittedFile
-    from neuronc.deploy._values import ServingValues
-
-DEFAULT_TGI_IMAGE = "ghcr.io/huggingface/text-generation-inference:latest-neuron"
-NGINX_IMAGE = "nginx:1.27-alpine"
-CONTAINER_BUNDLE = "/bundle"
 TGI_PORT = 80
+VERSIONS = ("optimum-neuron", "neuronx-cc")
 
 
 def max_input_tokens(v: ServingValues) -> int:
-    """TGI needs MAX_INPUT_TOKENS < sequence length: the longest prompt the build compiled, capped below it."""
-    return min(v.max_context_length, v.max_length - 1)
+    """The longest prompt: the largest compiled context, and below the sequence length as TGI requires."""
+    return min(v.longest_prompt, v.max_length - 1)
 
 
 def tgi_env(v: ServingValues, model_id: str) -> dict[str, str]:
@@ -38,102 +41,52 @@ def tgi_env(v: ServingValues, model_id: str) -> dict[str, str]:
     }
 
 
-def device_groups(v: ServingValues, options: DeployOptions) -> tuple[str, list[list[int]]]:
-    """(instance type, device indices per replica): disjoint groups of whole Neuron devices."""
-    from neuronc.instances import cores_per_device, default_instance, instance_type
-
-    if options.instance_type:
-        instance = instance_type(options.instance_type)
-        if instance is None:
-            raise InvalidInputError(f"--instance-type {options.instance_type}: not a known Neuron instance type")
-        if instance.target != v.target:
-            msg = f"--instance-type {instance.name} is {instance.target}; the bundle was compiled for {v.target}"
-            raise InvalidInputError(msg)
-    else:
-        instance = default_instance(v.target, v.tp_degree, v.options)
-        if instance is None:
-            raise InvalidInputError(f"no Neuron instance type for target {v.target}")
-    per_replica = math.ceil(v.tp_degree / cores_per_device(v.target))
-    fit = instance.devices // per_replica
-    if fit < 1:
-        msg = f"{instance.name} has {instance.cores} NeuronCores; the bundle needs {v.tp_degree} per replica"
-        raise InvalidInputError(msg, hint="choose a larger --instance-type")
-    replicas = options.replicas if options.replicas is not None else fit
-    if replicas < 1 or replicas > fit:
-        msg = f"--replicas {replicas}: {instance.name} fits 1 to {fit} replicas of {per_replica} device(s) each"
-        raise InvalidInputError(msg)
-    groups = [list(range(r * per_replica, (r + 1) * per_replica)) for r in range(replicas)]
-    return instance.name, groups
-
-
-def compose(v: ServingValues, options: DeployOptions, groups: list[list[int]]) -> dict[str, Any]:
-    services: dict[str, Any] = {}
-    for index, devices in enumerate(groups):
-        services[f"tgi-{index}"] = {
-            "image": options.image or DEFAULT_TGI_IMAGE,
-            "env_file": [".env"],
-            "volumes": [f"{v.bundle}:{CONTAINER_BUNDLE}:ro"],
-            "devices": [f"/dev/neuron{d}:/dev/neuron{d}" for d in devices],
-            "shm_size": "1gb",
-            "expose": [str(TGI_PORT)],
-            "restart": "unless-stopped",
-        }
-    services["nginx"] = {
-        "image": NGINX_IMAGE,
-        "volumes": ["./nginx.conf:/etc/nginx/nginx.conf:ro"],
-        "ports": [f"{options.port}:80"],
-        "depends_on": [f"tgi-{i}" for i in range(len(groups))],
-        "restart": "unless-stopped",
-    }
-    return {"name": v.name, "services": services}
-
-
-def nginx_conf(v: ServingValues, replicas: int) -> str:
-    # nginx.conf is text: nginx has its own block syntax and no data format a library writes for us.
-    # Every interpolated value is a number or a service name of [a-z0-9-] built above.
-    servers = "".join(f"        server tgi-{i}:{TGI_PORT} max_fails=3 fail_timeout=30s;\n" for i in range(replicas))
-    return (
-        f"# nginx in front of {replicas} TGI replica(s) of bundle {v.key}; generated by neuronc deploy.\n"
-        "worker_processes auto;\n"
-        "events {\n"
-        "    worker_connections 1024;\n"
-        "}\n"
-        "http {\n"
-        "    upstream tgi {\n"
-        "        least_conn;\n"
-        f"{servers}"
-        "    }\n"
-        "    server {\n"
-        "        listen 80;\n"
-        "        client_max_body_size 16m;\n"
-        "        location / {\n"
-        "            proxy_pass http://tgi;\n"
-        "            proxy_http_version 1.1;\n"
-        '            proxy_set_header Connection "";\n'
-        "            proxy_set_header Host $host;\n"
-        "            proxy_buffering off;\n"
-        "            proxy_read_timeout 3600s;\n"
-        "        }\n"
-        "    }\n"
-        "}\n"
+def check_tgi_can_serve(v: ServingValues) -> None:
+    """Refuse bundles no TGI image can load, naming the target that serves them."""
+    if find_image("tgi", v.toolchain) is not None:
+        return
+    shipped = sorted({str(i.optimum_neuron) for i in IMAGES if i.family == "tgi"})
+    version = v.version("optimum-neuron")
+    msg = (
+        f"TGI's neuron images ship optimum-neuron {', '.join(shipped)}; this bundle was exported with "
+        f"optimum-neuron {version or 'unknown'} (neuronx-cc {v.version('neuronx-cc') or 'unknown'})"
     )
+    v04 = (public(version) or "").startswith("0.4.")
+    hint = (
+        "serve it with optimum-neuron's own vLLM server: neuronc deploy BUNDLE --for vllm (or --for sagemaker)"
+        if v04
+        else "re-export with optimum-neuron 0.3.0 and neuronx-cc 2.19.8089.0 for TGI, or use --for vllm"
+    )
+    raise InvalidInputError(msg, hint=hint)
 
 
-def render_tgi(v: ServingValues, options: DeployOptions) -> list[EmittedFile]:
-    from neuronc.deploy import EmittedFile
-
-    instance, groups = device_groups(v, options)
+def render_tgi(v: ServingValues, options: DeployOptions) -> Rendered:
+    check_tgi_can_serve(v)
+    image = options.image or choose_image("tgi", v.toolchain, VERSIONS).image
+    where = placement(v, options)
     env = tgi_env(v, f"{CONTAINER_BUNDLE}/artifacts")
     env_text = f"# TGI settings for bundle {v.config_hash}; generated by neuronc deploy.\n" + "".join(
         f"{k}={val}\n" for k, val in env.items()
     )
-    header = (
-        f"# {len(groups)} TGI replica(s) on {instance} ({len(groups[0])} Neuron device(s) each) behind nginx,\n"
-        f"# for bundle {v.config_hash}; generated by neuronc deploy.\n"
+    service = {"image": image, "env_file": [".env"], "volumes": bundle_volumes(v), "shm_size": "1gb"}
+    compose = compose_text(
+        v, options, where, prefix="tgi", service=service, environment=[{} for _ in where.groups], port=TGI_PORT
     )
-    compose_text = header + yaml.safe_dump(compose(v, options, groups), sort_keys=False, default_flow_style=False)
-    return [
+    files = [
         EmittedFile(".env", env_text, "TGI environment (every value from the manifest)"),
-        EmittedFile("docker-compose.yml", compose_text, f"{len(groups)} replica(s) on {instance} behind nginx"),
-        EmittedFile("nginx.conf", nginx_conf(v, len(groups)), "nginx load balancer"),
+        EmittedFile("docker-compose.yml", compose, f"{where.replicas} replica(s) on {where.instance} behind nginx"),
+        EmittedFile("nginx.conf", nginx_conf(v, prefix="tgi", replicas=where.replicas, port=TGI_PORT), "nginx"),
     ]
+    endpoint = Endpoint(
+        target=f"http://localhost:{options.port}",
+        model=v.model_id,
+        concurrency=v.batch_size * where.replicas,
+        max_prompt=max_input_tokens(v),
+        max_total=v.max_length,
+        tokenizer=f"{v.bundle}/artifacts",
+    )
+    files += benchmark_files(v, endpoint)
+    return Rendered(Stack.tgi, tuple(files), image=image)
+
+
+__all__ = ["check_tgi_can_serve", "max_input_tokens", "render_tgi", "tgi_env"]

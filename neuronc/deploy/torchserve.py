@@ -1,72 +1,95 @@
-"""TorchServe on inf2: `model-config.yaml` (frontend batching and the handler keys of pytorch/serve's
-transformers-neuronx handlers) and the `torch-model-archiver --archive-format no-archive` command
-(reference/neuron-apis.md §5.3)."""
+"""TorchServe for transformers-neuronx bundles: neuronc's own handler, its model-config.yaml, the archive.
+
+The handler (``tnx_handler.py``, emitted as ``neuronc_tnx_handler.py``) loads the bundle's
+NEFFs with exactly the manifest's ``from_pretrained`` settings; ``model-config.yaml``'s
+``handler:`` section holds exactly the keys it reads (``tnx_handler.KEYS``). ``archive.sh`` runs
+``torch-model-archiver --archive-format no-archive`` and links the bundle's ``model/`` and
+``artifacts/`` into the model directory (TorchServe serves a no-archive model from where it is).
+Module paths are transformers-neuronx's own (``src/transformers_neuronx/<module>/model.py``:
+``gptneox``, not ``gpt_neox``).
+"""
 
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING, Any
+from importlib import resources
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from neuronc.deploy import DeployOptions, EmittedFile
-    from neuronc.deploy._values import ServingValues
+from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
+from neuronc.deploy._values import ServingValues
+from neuronc.deploy.benchmark import Endpoint, benchmark_files
+from neuronc.errors import InvalidInputError
 
-# transformers-neuronx class per model_type, as <module>.model.<Class> (the handler's model_class_name).
-_TNX_CLASSES = {
-    "llama": "llama.model.LlamaForSampling",
-    "mistral": "mistral.model.MistralForSampling",
-    "mixtral": "mixtral.model.MixtralForSampling",
-    "opt": "opt.model.OPTForSampling",
-    "gpt2": "gpt2.model.GPT2ForSampling",
-    "gpt_neox": "gpt_neox.model.GPTNeoXForSampling",
-    "gptj": "gptj.model.GPTJForSampling",
-    "bloom": "bloom.model.BloomForSampling",
+HANDLER_FILE = "neuronc_tnx_handler.py"
+# Class (as exported at transformers_neuronx's top level) -> the module that defines it.
+TNX_MODULES = {
+    "BloomForSampling": "transformers_neuronx.bloom.model",
+    "GPT2ForSamplingWithContextBroadcasting": "transformers_neuronx.gpt2.model",
+    "GPTJForSampling": "transformers_neuronx.gptj.model",
+    "GPTNeoXForSampling": "transformers_neuronx.gptneox.model",
+    "LlamaForSampling": "transformers_neuronx.llama.model",
+    "MistralForSampling": "transformers_neuronx.mistral.model",
+    "MixtralForSampling": "transformers_neuronx.mixtral.model",
+    "OPTForSampling": "transformers_neuronx.opt.model",
 }
+MANAGED = ("batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate")
 MAX_BATCH_DELAY_MS = 100
-# The first request may wait for the model to load onto the NeuronCores.
-RESPONSE_TIMEOUT_S = 900
+RESPONSE_TIMEOUT_S = 900  # a request may wait while the worker loads the model onto the NeuronCores
+STARTUP_TIMEOUT_S = 1800
 
 
-def model_class_name(v: ServingValues) -> str | None:
-    recorded = v.extra.get("transformers_neuronx")
-    if isinstance(recorded, dict) and isinstance(recorded.get("model_class"), str):
-        short = recorded["model_class"].rsplit(".", 1)[-1]
-        for path in _TNX_CLASSES.values():
-            if path.endswith("." + short):
-                return path
-    return _TNX_CLASSES.get(v.model_type or "")
+def handler_source() -> str:
+    return resources.files("neuronc.deploy").joinpath("tnx_handler.py").read_text(encoding="utf-8")
+
+
+def check_torchserve_can_serve(v: ServingValues) -> None:
+    if v.tnx is None or v.tnx.model_class not in TNX_MODULES:
+        recorded = v.tnx.model_class if v.tnx else "nothing"
+        known = ", ".join(TNX_MODULES)
+        msg = f"the manifest records transformers-neuronx class {recorded or 'nothing'}; neuronc knows {known}"
+        raise InvalidInputError(msg, hint="recompile the bundle with this neuronc")
+    if v.weights == "reference":
+        msg = "a weights: reference bundle carries no checkpoint for the handler to load"
+        raise InvalidInputError(msg, hint="recompile with weights: presharded (or on-load)")
+    if not v.tnx.neffs:
+        raise InvalidInputError("the manifest lists no NEFFs for this bundle", hint="recompile the bundle")
+
+
+def handler_settings(v: ServingValues) -> dict[str, Any]:
+    """The ``handler:`` section: the recorded from_pretrained kwargs, split into the keys the handler reads."""
+    assert v.tnx is not None
+    recorded = dict(v.tnx.from_pretrained)
+    settings: dict[str, Any] = {
+        "model_module": TNX_MODULES[v.tnx.model_class],
+        "model_class": v.tnx.model_class,
+        "checkpoint_dir": "artifacts/checkpoint",
+        "neff_dir": "artifacts/neff",
+        "tokenizer_dir": "model",
+        **{key: recorded.pop(key) for key in MANAGED},
+        "from_pretrained_extra": recorded,
+        "neuron_config": dict(v.tnx.neuron_config) if v.tnx.neuron_config else None,
+        "max_length": v.max_length,
+        "longest_prompt": v.longest_prompt,
+        "max_new_tokens": max(1, min(256, v.max_length - v.longest_prompt)),
+    }
+    return settings
 
 
 def model_config(v: ServingValues) -> dict[str, Any]:
-    handler: dict[str, Any] = {
-        "model_path": "model",
-        "model_checkpoint_dir": "artifacts/checkpoint",
-        "model_module_prefix": "transformers_neuronx",
-        "model_class_name": model_class_name(v),
-        "amp": v.amp,
-        "tp_degree": v.tp_degree,
-        "n_positions": list(v.token_buckets),
-        "context_length_estimate": list(v.context_buckets),
-        "max_length": v.max_length,
-        "max_new_tokens": v.max_length - v.max_context_length or v.max_length,
-        "batch_size": v.batch_size,
-    }
-    if v.compiler_flags:
-        handler["neuron_cc_flag"] = " ".join(v.compiler_flags)
     return {
         "minWorkers": 1,
         "maxWorkers": 1,  # one worker holds all tp_degree NeuronCores
+        "batchSize": v.batch_size,  # frontend batching up to the compiled batch
         "maxBatchDelay": MAX_BATCH_DELAY_MS,
-        "batchSize": v.batch_size,
         "responseTimeout": RESPONSE_TIMEOUT_S,
-        "continuousBatching": True,
-        "handler": handler,
+        "startupTimeout": STARTUP_TIMEOUT_S,
+        "handler": handler_settings(v),
     }
 
 
-def archiver_command(v: ServingValues, options: DeployOptions) -> list[str]:
+def archiver_argv(v: ServingValues) -> list[str]:
     return [
         "torch-model-archiver",
         "--model-name",
@@ -74,7 +97,7 @@ def archiver_command(v: ServingValues, options: DeployOptions) -> list[str]:
         "--version",
         "1.0",
         "--handler",
-        options.handler,
+        HANDLER_FILE,
         "--config-file",
         "model-config.yaml",
         "--archive-format",
@@ -85,23 +108,46 @@ def archiver_command(v: ServingValues, options: DeployOptions) -> list[str]:
     ]
 
 
-def render_torchserve(v: ServingValues, options: DeployOptions) -> list[EmittedFile]:
-    from neuronc.deploy import EmittedFile
-
+def render_torchserve(v: ServingValues, options: DeployOptions) -> Rendered:
+    check_torchserve_can_serve(v)
     header = f"# TorchServe settings for bundle {v.config_hash} ({v.model_id}); generated by neuronc deploy.\n"
     config_text = header + yaml.safe_dump(model_config(v), sort_keys=False)
     target = f"model_store/{v.name}"
     script = (
         "#!/bin/sh\n"
-        f"# Archive bundle {v.key} for TorchServe (no-archive format), then copy the bundle's model and artifacts in.\n"
+        f"# Archive bundle {v.key} for TorchServe (no-archive format) and link the bundle's model/ and artifacts/ in.\n"
         "set -eu\n"
         'cd "$(dirname "$0")"\n'
-        f"{shlex.join(archiver_command(v, options))}\n"
-        f"cp -R {shlex.quote(v.bundle + '/model')} {shlex.quote(target + '/model')}\n"
-        f"cp -R {shlex.quote(v.bundle + '/artifacts')} {shlex.quote(target + '/artifacts')}\n"
-        f"echo 'torchserve --start --ncs --model-store model_store --models {v.name}'\n"
+        "mkdir -p model_store\n"
+        f"{shlex.join(archiver_argv(v))}\n"
+        f"ln -sfn {shlex.quote(v.bundle + '/model')} {shlex.quote(target + '/model')}\n"
+        f"ln -sfn {shlex.quote(v.bundle + '/artifacts')} {shlex.quote(target + '/artifacts')}\n"
+        f"echo 'start: torchserve --start --ncs --disable-token-auth --model-store model_store --models {v.name}'\n"
     )
-    return [
-        EmittedFile("model-config.yaml", config_text, "TorchServe model config (batching + handler keys)"),
+    endpoint = Endpoint(
+        target=f"http://localhost:{options.port}",
+        model=v.name,
+        concurrency=v.batch_size,
+        max_prompt=v.longest_prompt,
+        max_total=v.max_length,
+        api_routes={"/v1/completions": f"predictions/{v.name}", "/health": "ping"},
+        stream=False,
+        tokenizer=f"{v.bundle}/model",
+    )
+    files = [
+        EmittedFile(HANDLER_FILE, handler_source(), "TorchServe handler: loads the bundle's NEFFs, no recompile"),
+        EmittedFile("model-config.yaml", config_text, "TorchServe model config (batching + the handler's keys)"),
         EmittedFile("archive.sh", script, "torch-model-archiver --archive-format no-archive", executable=True),
+        *benchmark_files(v, endpoint),
     ]
+    return Rendered(Stack.torchserve, tuple(files))
+
+
+__all__ = [
+    "HANDLER_FILE",
+    "TNX_MODULES",
+    "check_torchserve_can_serve",
+    "handler_source",
+    "model_config",
+    "render_torchserve",
+]

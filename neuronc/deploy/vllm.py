@@ -1,45 +1,78 @@
-"""vLLM on Neuron: the `vllm serve` command and its environment (reference/neuron-apis.md §5.1)."""
+"""vLLM for NxDI bundles, through the vllm-neuron plugin (vLLM V1).
+
+What the plugin does with the values emitted here (vllm-project/vllm-neuron 0.2.0,
+``vllm_neuron/platform.py`` and ``worker/neuronx_distributed_model_loader.py``):
+
+- ``NEURON_COMPILED_ARTIFACTS`` is the only path it loads precompiled artifacts from without
+  wiping it first; it then calls ``NeuronXCls(path)`` + ``load(path)`` and ignores any
+  ``override_neuron_config``: the bundle must already be compiled the way the plugin drives it.
+  On a load failure it recompiles *into that path* from the model directory, so the emitted
+  compose file mounts ``artifacts/`` read-only and ``weights: reference`` bundles are refused.
+- vLLM passes one slot id per request; NxDI honours them only with ``is_continuous_batching``,
+  so a batch > 1 bundle without it is refused (requests would overwrite each other's KV cache).
+- With prefix caching off the plugin sets ``block_size = max_model_len`` itself; ``--block-size``
+  only accepts 1-128 (vLLM 0.11) / 1-256 (vLLM 0.13) and is never passed. Prefix caching is on by
+  default in vLLM V1: ``--no-enable-prefix-caching``. ``--num-gpu-blocks-override`` is the
+  compiled batch (one block of max_model_len per sequence; the plugin adds its null block).
+- Prompts: vLLM accepts prompts up to ``--max-model-len``, but NxDI has no context-encoding
+  graph for prompts longer than the largest context bucket. The plugin resets
+  ``--max-num-batched-tokens`` to 131072, so that cannot cap them; ``--max-model-len`` is set to
+  the largest context bucket, which vLLM's API layer enforces (HTTP 400) before a request reaches
+  the engine. A bundle compiled with max_context_length == max_length loses nothing.
+"""
 
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from neuronc.deploy import DeployOptions, EmittedFile
-    from neuronc.deploy._values import ServingValues
+from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, compose_text, nginx_conf, placement
+from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
+from neuronc.deploy._values import ServingValues
+from neuronc.deploy.benchmark import Endpoint, benchmark_files
+from neuronc.deploy.images import find_image, known_text, versions_text
+from neuronc.errors import InvalidInputError
 
-FRAMEWORK = {"nxdi": "neuronx-distributed-inference", "optimum-neuron": "optimum-neuron"}
-
-
-def vllm_env(v: ServingValues) -> dict[str, str]:
-    """NEURON_COMPILED_ARTIFACTS makes vLLM load the bundle's artifacts instead of compiling (NxDI)."""
-    env = {"NEURON_COMPILED_ARTIFACTS": f"{v.bundle}/artifacts"}
-    if v.backend == "nxdi":
-        env["VLLM_NEURON_FRAMEWORK"] = FRAMEWORK["nxdi"]
-    env["NEURON_RT_NUM_CORES"] = str(v.tp_degree)
-    return env
+SERVER_PORT = 8000  # vllm serve's default port, inside each container
+VERSIONS = ("neuronx-cc", "neuronx-distributed-inference")
 
 
-def block_size(v: ServingValues) -> int:
-    """The KV block size: NxDI's paged-attention block when the build set one, else the whole sequence
-    (vLLM on Neuron without paged attention needs block_size == max_model_len)."""
-    neuron_config = v.options.get("neuron_config")
-    if isinstance(neuron_config, dict):
-        for key in ("pa_block_size", "block_size"):
-            value = neuron_config.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
-    return v.max_length
+def check_vllm_can_serve(v: ServingValues) -> None:
+    """Refuse (exit 2, the fix in the hint) NxDI bundles vLLM would mis-serve."""
+    if v.weights == "reference":
+        msg = "a weights: reference bundle has no weights; vLLM would recompile into NEURON_COMPILED_ARTIFACTS"
+        raise InvalidInputError(msg, hint="recompile with weights: presharded (or on-load) for a self-contained bundle")
+    record = v.nxdi
+    if record is None:
+        msg = "the manifest has no extra.nxdi record of the NeuronConfig this bundle was compiled with"
+        raise InvalidInputError(msg, hint="recompile the bundle with this neuronc")
+    fix = "add `options: {serving: vllm}` to the profile and recompile (or compile batch_size: 1)"
+    if v.batch_size > 1 and not record.continuous_batching:
+        msg = (
+            f"batch {v.batch_size} compiled without continuous batching: under vLLM concurrent requests "
+            "would overwrite each other's KV cache"
+        )
+        raise InvalidInputError(msg, hint=fix)
+    if v.batch_size > 1 and record.ctx_batch_size not in (None, 1):
+        msg = f"context batch {record.ctx_batch_size}: vllm-neuron encodes one prompt at a time (ctx_batch_size 1)"
+        raise InvalidInputError(msg, hint=fix)
+    if record.block_kv_layout:
+        msg = "block KV layout / prefix caching / chunked prefill builds are not supported by neuronc deploy"
+        raise InvalidInputError(msg, hint="compile without them (options.serving: vllm does)")
 
 
-def vllm_command(v: ServingValues, port: int) -> list[str]:
-    # vLLM reads config and tokenizer from the model directory; an optimum-neuron export holds both.
-    model = f"{v.bundle}/model" if v.backend == "nxdi" else f"{v.bundle}/artifacts"
+def max_model_len(v: ServingValues) -> int:
+    """The longest sequence vLLM admits: the largest context bucket (see the module docstring)."""
+    return min(v.max_length, v.longest_prompt)
+
+
+def vllm_env(bundle: str) -> dict[str, str]:
+    return {"NEURON_COMPILED_ARTIFACTS": f"{bundle}/artifacts"}
+
+
+def vllm_args(v: ServingValues, bundle: str, port: int) -> list[str]:
+    """The ``vllm serve`` arguments (after ``vllm serve``)."""
     return [
-        "vllm",
-        "serve",
-        model,
+        f"{bundle}/model",
         "--served-model-name",
         v.model_id,
         "--tensor-parallel-size",
@@ -47,32 +80,69 @@ def vllm_command(v: ServingValues, port: int) -> list[str]:
         "--max-num-seqs",
         str(v.batch_size),
         "--max-model-len",
-        str(v.max_length),
-        "--block-size",
-        str(block_size(v)),
+        str(max_model_len(v)),
         "--dtype",
         v.dtype,
+        "--no-enable-prefix-caching",
+        "--num-gpu-blocks-override",
+        str(v.batch_size),
         "--port",
         str(port),
     ]
 
 
-def render_vllm(v: ServingValues, options: DeployOptions) -> list[EmittedFile]:
-    from neuronc.deploy import EmittedFile
-
-    env = vllm_env(v)
-    env_text = "".join(f"{k}={v_}\n" for k, v_ in env.items())
-    command = vllm_command(v, options.port if options.port else 8000)
+def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
+    check_vllm_can_serve(v)
+    env = vllm_env(v.bundle)
     script = (
         "#!/bin/sh\n"
-        f"# vLLM for bundle {v.config_hash} ({v.backend}, {v.target}, tp {v.tp_degree}); generated by neuronc deploy.\n"
-        "# The values match the compiled shapes: changing them makes vLLM recompile or refuse the artifacts.\n"
+        f"# vLLM (vllm-neuron) for bundle {v.config_hash} ({v.target}, tp {v.tp_degree}, batch {v.batch_size});\n"
+        "# generated by neuronc deploy. For a host with vllm-neuron and the bundle's Neuron SDK installed\n"
+        f"# ({versions_text(v.toolchain, VERSIONS)}). Prefer docker-compose.yml where there is one: it mounts\n"
+        "# artifacts/ read-only; here, keep the bundle read-only (chmod -R a-w) so a failed load cannot rewrite it.\n"
+        f"# Prompt + output tokens are capped at {max_model_len(v)} (the largest context bucket).\n"
         "set -eu\n"
         'cd "$(dirname "$0")"\n'
         "set -a\n. ./vllm.env\nset +a\n"
-        f"exec {shlex.join(command)}\n"
+        f"exec vllm serve {shlex.join(vllm_args(v, v.bundle, options.port))}\n"
     )
-    return [
-        EmittedFile("vllm.env", env_text, "environment for vllm serve"),
-        EmittedFile("serve.sh", script, "the vllm serve command", executable=True),
+    files = [
+        EmittedFile("vllm.env", "".join(f"{k}={val}\n" for k, val in env.items()), "environment for vllm serve"),
+        EmittedFile("serve.sh", script, "vllm serve on this host", executable=True),
     ]
+    notes: list[str] = []
+    image = options.image
+    if image is None:
+        found = find_image("vllm-neuron", v.toolchain)
+        image = found.image if found else None
+    where = placement(v, options)
+    if image is not None:
+        command = ["vllm", "serve", *vllm_args(v, CONTAINER_BUNDLE, SERVER_PORT)]
+        service = {"image": image, "command": command, "volumes": bundle_volumes(v), "shm_size": "1gb"}
+        env_list = [vllm_env(CONTAINER_BUNDLE) for _ in where.groups]
+        compose = compose_text(
+            v, options, where, prefix="vllm", service=service, environment=env_list, port=SERVER_PORT
+        )
+        files += [
+            EmittedFile("docker-compose.yml", compose, f"{where.replicas} vLLM replica(s) on {where.instance}"),
+            EmittedFile("nginx.conf", nginx_conf(v, prefix="vllm", replicas=where.replicas, port=SERVER_PORT), "nginx"),
+        ]
+    else:
+        notes.append(
+            f"no docker-compose.yml: no AWS Neuron vLLM container ships {versions_text(v.toolchain, VERSIONS)} "
+            f"(known: {known_text('vllm-neuron', VERSIONS)}); run serve.sh on a host with that SDK, or pass --image"
+        )
+    replicas = where.replicas if image is not None else 1
+    endpoint = Endpoint(
+        target=f"http://localhost:{options.port}",
+        model=v.model_id,
+        concurrency=v.batch_size * replicas,
+        max_prompt=max_model_len(v),
+        max_total=max_model_len(v),
+        tokenizer=f"{v.bundle}/model",
+    )
+    files += benchmark_files(v, endpoint)
+    return Rendered(Stack.vllm, tuple(files), image=image, notes=tuple(notes))
+
+
+__all__ = ["check_vllm_can_serve", "max_model_len", "render_vllm", "vllm_args", "vllm_env"]

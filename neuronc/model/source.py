@@ -12,7 +12,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import CheckpointError, InvalidInputError
+from neuronc.errors import (
+    CheckpointError,
+    InvalidInputError,
+    is_client_library_error,
+    is_disk_full,
+    is_network_error,
+    short_reason,
+)
+from neuronc.fsutil import disk_full_error
 from neuronc.model.files import local_model_dir
 
 if TYPE_CHECKING:
@@ -48,46 +56,46 @@ def _cached_commit(repo_id: str, revision: str) -> str | None:
     return commit if _COMMIT_RE.match(commit) else None
 
 
-def resolve_revision(spec: BuildSpec) -> str | None:
-    """The commit a hub model's revision points at (None for a local directory).
+def resolve_revision(model_id: str, revision: str | None) -> str:
+    """The commit a hub model's revision points at ("main" when none is given).
 
     A 40-hex revision is a commit already; otherwise the hub is asked, or, offline, the local
     Hugging Face cache's refs. The commit goes into the config hash, so "main" today and "main"
     next month are different builds when the model changed.
     """
-
-    base_dir = Path(spec.profile_path).parent if spec.profile_path else None
-    if local_model_dir(spec.model.id, base_dir) is not None:
-        return None
-    revision = spec.model.revision or "main"
+    revision = revision or "main"
     if _COMMIT_RE.match(revision):
         return revision
     if not _hub_offline():
-        try:
-            from huggingface_hub import HfApi
-            from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
-
-            try:
-                info = HfApi().model_info(spec.model.id, revision=revision)
-            except (RepositoryNotFoundError, GatedRepoError) as exc:
-                msg = f"model '{spec.model.id}' is not a directory and not an accessible Hugging Face repo"
-                raise CheckpointError(msg, details=[str(exc).splitlines()[0]], hint=_HUB_HINT) from None
-            except RevisionNotFoundError:
-                msg = f"model '{spec.model.id}' has no revision '{revision}'"
-                raise CheckpointError(msg, hint="pin model.revision to a commit, tag or branch that exists") from None
-            sha = getattr(info, "sha", None)
-            if isinstance(sha, str) and _COMMIT_RE.match(sha):
-                return sha
-        except CheckpointError:
-            raise
-        except Exception:
-            # The hub is unreachable: fall back to what the local cache knows.
-            pass
-    cached = _cached_commit(spec.model.id, revision)
+        sha = _hub_commit(model_id, revision)
+        if sha is not None:
+            return sha
+    cached = _cached_commit(model_id, revision)
     if cached is not None:
         return cached
-    msg = f"cannot resolve '{spec.model.id}@{revision}': offline and not in the Hugging Face cache"
+    msg = f"cannot resolve '{model_id}@{revision}': offline and not in the Hugging Face cache"
     raise CheckpointError(msg, hint="download it once with network access (`hf download`), or pin a commit sha")
+
+
+def _hub_commit(model_id: str, revision: str) -> str | None:
+    """Ask the Hub which commit ``revision`` is; None when the Hub cannot be reached."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        info = HfApi().model_info(model_id, revision=revision)
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        msg = f"model '{model_id}' is not a directory and not an accessible Hugging Face repo"
+        raise CheckpointError(msg, details=[short_reason(exc)], hint=_HUB_HINT) from None
+    except RevisionNotFoundError:
+        msg = f"model '{model_id}' has no revision '{revision}'"
+        raise CheckpointError(msg, hint="pin model.revision to a commit, tag or branch that exists") from None
+    except Exception as exc:
+        if is_network_error(exc) or is_client_library_error(exc):
+            return None  # the hub is unreachable: fall back to what the local cache knows
+        raise
+    sha = getattr(info, "sha", None)
+    return sha if isinstance(sha, str) and _COMMIT_RE.match(sha) else None
 
 
 _HUB_HINT = (
@@ -96,18 +104,14 @@ _HUB_HINT = (
 )
 
 
-def resolve_checkpoint(spec: BuildSpec, revision: str | None) -> tuple[Path, dict[str, Any]]:
+def resolve_checkpoint(spec: BuildSpec, model_dir: Path | None, revision: str | None) -> tuple[Path, dict[str, Any]]:
     """The checkpoint directory to read and the manifest's weights-source record.
 
-    A local directory is used in place; a hub model is downloaded (or found in the Hugging Face
-    cache) at the resolved commit. The record names every weight and config file with its size and
-    SHA-256.
+    ``model_dir`` is the model's local directory when it is one (used in place); otherwise the hub
+    model is downloaded (or found in the Hugging Face cache) at the resolved commit. The record
+    names every weight and config file with its size and SHA-256.
     """
-
-    base_dir = Path(spec.profile_path).parent if spec.profile_path else None
-    directory = local_model_dir(spec.model.id, base_dir)
-    if directory is None:
-        directory = _download(spec.model.id, revision)
+    directory = model_dir if model_dir is not None else _download(spec.model.id, revision)
     if not (directory / "config.json").is_file():
         msg = f"{directory}: no config.json; not a Hugging Face checkpoint directory"
         raise CheckpointError(msg)
@@ -157,8 +161,11 @@ def _download(repo_id: str, revision: str | None, *, hint: str = _HUB_HINT) -> P
             local_files_only=_hub_offline(),
         )
     except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        msg = f"cannot download '{repo_id}@{revision or 'main'}': {type(exc).__name__}: {first}"
+        if is_disk_full(exc):
+            raise disk_full_error(_hub_cache_dir(), None, exc) from None
+        if not (is_client_library_error(exc) or is_network_error(exc) or isinstance(exc, OSError)):
+            raise
+        msg = f"cannot download '{repo_id}@{revision or 'main'}': {short_reason(exc)}"
         raise CheckpointError(msg, hint=hint) from None
     return Path(path)
 

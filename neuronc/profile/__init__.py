@@ -6,7 +6,7 @@ and raised together as one ``ProfileError`` whose details read ``file:line:colum
 """
 
 from neuronc.profile._checks import auto_buckets
-from neuronc.profile._load import LoadedProfile, load_profile, parse_profile
+from neuronc.profile._load import LoadedProfile, expand_profile_paths, load_builds, load_profile, parse_profile
 from neuronc.profile._matrix import MATRIX_FIELDS
 from neuronc.profile._schema import ProfileModel, profile_json_schema
 
@@ -15,6 +15,8 @@ __all__ = [
     "LoadedProfile",
     "ProfileModel",
     "auto_buckets",
+    "expand_profile_paths",
+    "load_builds",
     "load_profile",
     "parse_profile",
     "profile_json_schema",

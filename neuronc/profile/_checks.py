@@ -137,7 +137,7 @@ def check_backend_fields(view: LenientView, backend: Backend, problem: Problem) 
         problem(("tp_degree",), backend.tp_degree_problem(tp, target, degrees))
     flags = view.get(("compiler", "flags"), list)
     if flags and backend.compiler_flags_mode is CompilerFlagsMode.NONE:
-        problem(("compiler", "flags"), f"the {name} backend takes no compiler flags; remove compiler.flags")
+        problem(("compiler", "flags"), backend.compiler_flags_problem())
     check_options(options, backend, problem)
 
 

@@ -142,7 +142,7 @@ def _build_one(
     problems: list[str],
     warnings: list[str],
 ) -> BuildSpec | None:
-    from neuronc.backends import backend_names, get_backend, unknown_backend_message
+    from neuronc.backends import get_backend, is_registered, unknown_backend_message
 
     filename = tree.filename
     raw = apply_combo(data, combo)
@@ -169,7 +169,7 @@ def _build_one(
     name = view.get(("backend",), str)
     if name is None:
         return None
-    if name not in backend_names():
+    if not is_registered(name):
         message, hint = unknown_backend_message(name)
         problem(("backend",), f"{message} ({hint})")
         return None
@@ -230,3 +230,39 @@ def _validate_schema(
             else:
                 problem(loc, pydantic_message(error))
     return None, failed
+
+
+def expand_profile_paths(arguments: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Profile files from command-line arguments: a directory stands for its *.yaml and *.yml files (sorted)."""
+    paths: list[str] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+            if not found:
+                raise InvalidInputError(f"{argument}: directory has no *.yaml profiles")
+            paths.extend(str(p) for p in found)
+        else:
+            paths.append(str(argument))
+    return list(dict.fromkeys(paths))
+
+
+def load_builds(paths: Sequence[str | os.PathLike[str]]) -> list[BuildSpec]:
+    """Load and validate every profile first, so bad input fails before any work starts.
+
+    Raises one ProfileError naming every problem in every file.
+    """
+    specs: list[BuildSpec] = []
+    failures: list[ProfileError] = []
+    for path in paths:
+        try:
+            specs.extend(load_profile(path).builds)
+        except ProfileError as exc:
+            failures.append(exc)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        details = [line for exc in failures for line in (exc.details or [exc.message])]
+        msg = f"{len(failures)} of {len(paths)} profiles are invalid"
+        raise ProfileError(msg, details=details, hint=failures[0].hint)
+    return specs

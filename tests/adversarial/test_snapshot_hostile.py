@@ -270,3 +270,17 @@ def test_the_human_output_of_a_hostile_tree_has_no_raw_control_characters(snap: 
     proc = run("cache-lookup", str(LLAMA_DIR), "--snapshot", str(snap))
     assert proc.returncode == 0
     assert b"\x1b]" not in proc.stdout + proc.stderr and b"\x07" not in proc.stdout + proc.stderr
+
+
+def test_a_full_cache_disk_only_costs_the_index(tmp_path: Path, small_fs: Callable[..., Path]) -> None:
+    """The index is a cache: no room for it is a lookup that answers all the same, unsaved."""
+    snap = tmp_path / "snap"
+    shutil.copytree(FIXTURE / "snapshot", snap)  # 269 entries: an index of some 20 KiB
+    cache = small_fs(8 * 1024)
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    cmd = [sys.executable, "-m", "neuronc", "cache-lookup", str(LLAMA_DIR), "--snapshot", str(snap), "--json"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    data = json.loads(proc.stdout.decode("utf-8"))
+    assert data["hit"] is True and data["stats"]["index"]["saved"] is False
+    assert not list(cache.rglob("*.tmp"))  # nothing half-written left behind

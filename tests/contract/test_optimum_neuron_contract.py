@@ -1,10 +1,12 @@
 """Contract test against the real optimum-neuron 0.4.5 (its config classes import on CPU).
 
 neuronc's optimum-neuron mapping is checked against optimum-neuron's own code, not a double:
-``NxDNeuronConfig`` must accept every field neuronc sets and keep it through ``to_dict``,
-``save_pretrained`` and ``from_pretrained``; ``get_neuron_config`` and ``export`` must accept the
-export arguments; the instance type and dtype must normalise to what neuronc records. The SDK
-double of ``optimum.neuron`` must write the same neuron_config.json keys as the real class.
+``NxDNeuronConfig``'s constructor must be the one neuronc recorded (``_optimum_fields``, which
+``options.neuron_config`` is validated against), must accept every field neuronc sets and keep it
+through ``to_dict``, ``save_pretrained`` and ``from_pretrained``; ``get_neuron_config`` and
+``export`` must accept the arguments neuronc passes; the instance type and dtype must normalise to
+what neuronc records. The SDK double of ``optimum.neuron`` must write the same neuron_config.json
+keys as the real class.
 
 optimum-neuron pins transformers 4.57.x and torch 2.8, so this runs in its own environment:
 ``tests/contract/run_optimum_contract.sh``. Elsewhere it is skipped. The only stand-in is a
@@ -18,8 +20,10 @@ import importlib.util
 import inspect
 import json
 import sys
+import textwrap
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +31,8 @@ pytest.importorskip(
     "optimum.neuron", reason="optimum-neuron is not installed (run tests/contract/run_optimum_contract.sh)"
 )
 
-from neuronc.backends.optimum_neuron import export_arguments, neuron_config_kwargs
+from neuronc.backends._optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OPTIMUM_NEURON_VERSION
+from neuronc.backends.optimum_neuron import get_neuron_config_arguments, neuron_config_kwargs
 from neuronc.profile import load_profile, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,6 +64,15 @@ def _specs(tmp_path: Path) -> list:  # type: ignore[type-arg]
     return [*shipped, *local]
 
 
+def test_the_recorded_constructor_is_the_real_one() -> None:
+    from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
+    from optimum.neuron.version import __version__
+
+    assert __version__ == OPTIMUM_NEURON_VERSION
+    parameters = list(inspect.signature(NxDNeuronConfig.__init__).parameters.values())[1:]
+    assert [(p.name, repr(p.default)) for p in parameters] == list(NXD_NEURON_CONFIG_PARAMETERS)
+
+
 def test_nxd_neuron_config_accepts_and_keeps_every_field(tmp_path: Path) -> None:
     import torch
     from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
@@ -86,11 +100,10 @@ def test_export_arguments_fit_get_neuron_config_and_normalise_like_neuronc(tmp_p
     from optimum.neuron.utils.instance import normalize_instance_type
 
     for spec in _specs(tmp_path):
-        args = export_arguments(spec)
-        dtype = args.pop("torch_dtype")  # 0.4.5 takes the dtype from the model config
+        args = get_neuron_config_arguments(spec)
         inspect.signature(NeuronModelForCausalLM.get_neuron_config).bind(spec.model.id, config=None, **args)
         assert normalize_instance_type(args["instance_type"]) == neuron_config_kwargs(spec)["target"]
-        assert DTYPE_MAPPER.pt(dtype) == getattr(torch, spec.dtype)
+        assert DTYPE_MAPPER.pt(spec.dtype) == getattr(torch, spec.dtype)
         inspect.signature(NeuronModelForCausalLM.export).bind(
             model_id="dir", neuron_config=object(), config=None, load_weights=False
         )
@@ -112,3 +125,134 @@ def test_the_sdk_double_writes_the_same_neuron_config_keys(tmp_path: Path, monke
         fake = double.NxDNeuronConfig(**kwargs).to_dict()
         assert sorted(fake) == sorted(real)
         assert json.dumps(fake, sort_keys=True) == json.dumps(real, sort_keys=True)
+
+
+def _source_signature(module: str, cls: str, method: str) -> inspect.Signature:
+    """A method's signature read with ``ast`` from the installed optimum-neuron (for modules that need the SDK)."""
+    import ast
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    func = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == method)
+    positional = func.args.posonlyargs + func.args.args
+    defaults = [None] * (len(positional) - len(func.args.defaults)) + list(func.args.defaults)
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [
+        inspect.Parameter(a.arg, kind, default=inspect.Parameter.empty if d is None else ast.unparse(d))
+        for a, d in zip(positional, defaults, strict=True)
+    ]
+    params += [
+        inspect.Parameter(a.arg, inspect.Parameter.KEYWORD_ONLY, default=inspect.Parameter.empty if d is None else 0)
+        for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults, strict=True)
+    ]
+    if func.args.kwarg is not None:
+        params.append(inspect.Parameter(func.args.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+class _Exported:
+    """What ``export`` returns, for the calls neuronc makes on it: each bound against the real method."""
+
+    def __init__(self, config: Any, neuron_config: Any) -> None:
+        self.config = config
+        self.neuron_config = neuron_config
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # The module imports neuronx_distributed: its signature is read from the installed source.
+        signature = _source_signature(
+            "optimum.neuron.models.inference.backend.pretrained_model", "NxDPreTrainedModel", "save"
+        )
+        bound = signature.bind(self, *args, **kwargs)
+        self._write(Path(bound.arguments["dest_path"]))
+
+    def save_pretrained(self, *args: Any, **kwargs: Any) -> None:
+        from optimum.neuron import NeuronModelForCausalLM
+
+        bound = inspect.signature(NeuronModelForCausalLM.save_pretrained).bind(self, *args, **kwargs)
+        self._write(Path(bound.arguments["save_directory"]))
+
+    def _write(self, directory: Path) -> None:
+        # The configs as the real save() writes them (model.pt and shards need the Neuron SDK).
+        self.config.save_pretrained(directory)
+        self.neuron_config.save_pretrained(directory)
+
+
+@pytest.mark.parametrize(("weights", "options"), [("presharded", ""), ("on-load", "{on_device_sampling: false}")])
+def test_the_calls_neuronc_makes_bind_the_real_api_and_the_export_reloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weights: str, options: str
+) -> None:
+    """Run neuronc's own ``compile_in_process``: every optimum-neuron call it makes is bound against
+    the real signature, the config it builds is a real ``NxDNeuronConfig``, and the directory it
+    leaves loads with the real ``NxDNeuronConfig.from_pretrained``. Only what needs the Neuron SDK is
+    not run: the model family's ``_get_neuron_config`` (its module imports neuronx_distributed) is
+    replaced by a real ``NxDNeuronConfig`` with the same arguments, and the trace itself."""
+    import shutil
+
+    import torch
+    from optimum.neuron import NeuronModelForCausalLM
+    from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
+    from optimum.neuron.utils.argument_utils import DTYPE_MAPPER
+    from optimum.neuron.utils.instance import normalize_instance_type
+
+    from neuronc.backends import get_backend
+    from neuronc.backends.base import CompileJob
+
+    calls: list[str] = []
+    real_get_neuron_config = inspect.signature(NeuronModelForCausalLM.get_neuron_config)
+    real_export = inspect.signature(NeuronModelForCausalLM.export)
+
+    def get_neuron_config(*args: Any, **kwargs: Any) -> Any:
+        bound = real_get_neuron_config.bind(*args, **kwargs).arguments
+        calls.append("get_neuron_config")
+        batch = bound["batch_size"]
+        return NxDNeuronConfig(
+            batch_size=batch,
+            sequence_length=bound["sequence_length"],
+            tp_degree=bound["tensor_parallel_size"],
+            torch_dtype=DTYPE_MAPPER.pt(bound["config"].dtype),
+            target=normalize_instance_type(bound["instance_type"]),
+            on_device_sampling=True,
+            fused_qkv=True,
+            continuous_batching=batch > 1,
+        )
+
+    def export(*args: Any, **kwargs: Any) -> _Exported:
+        bound = real_export.bind(*args, **kwargs).arguments
+        calls.append("export")
+        return _Exported(bound["config"], bound["neuron_config"])
+
+    monkeypatch.setattr(NeuronModelForCausalLM, "get_neuron_config", staticmethod(get_neuron_config))
+    monkeypatch.setattr(NeuronModelForCausalLM, "export", staticmethod(export))
+    shutil.copytree(REPO / "profiles/models/tiny-llama", tmp_path / "model")
+    text = f"""
+    model: {{id: ./model}}
+    backend: optimum-neuron
+    target: inf2
+    tp_degree: 2
+    batch_size: 4
+    amp: bf16
+    sequence: {{max_length: 128, max_context_length: 64}}
+    weights: {weights}
+    """ + (f"options: {{neuron_config: {options}}}\n" if options else "")
+    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).builds[0]
+    backend = get_backend("optimum-neuron")
+    bundle = tmp_path / "bundle"
+    job = CompileJob(
+        spec=spec,
+        plan=backend.plan(spec),
+        checkpoint_dir=tmp_path / "model",
+        artifacts_dir=bundle / "artifacts",
+        logs_dir=bundle / "logs",
+        work_dir=tmp_path / "work",
+    )
+    job.artifacts_dir.mkdir(parents=True)
+    result = backend.compile_in_process(job)  # type: ignore[attr-defined]
+    assert calls == ["get_neuron_config", "export"]
+    reloaded = NxDNeuronConfig.from_pretrained(job.artifacts_dir)
+    assert reloaded.torch_dtype == torch.bfloat16
+    assert (reloaded.max_context_length, reloaded.sequence_length, reloaded.tp_degree) == (64, 128, 2)
+    assert reloaded.target == "trn1" and reloaded.continuous_batching is True
+    assert reloaded.on_device_sampling is (options == "")
+    assert result.extra["optimum_neuron"]["neuron_config"] == neuron_config_kwargs(spec)

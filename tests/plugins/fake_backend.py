@@ -1,7 +1,7 @@
 """A small backend registered like a third-party plugin, plus helpers that build real bundles with it.
 
 Only the backend is a double: bundles go through the real BundleWriter, reader and Store.
-Register it with ``register()`` (``neuronc.backends.register_backend_for_tests``), exactly as an
+Register it with ``register()`` (``plugins.registry.register_backend``), exactly as an
 installed package's ``neuronc.backends`` entry point would appear.
 """
 
@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from neuronc.backends import register_backend_for_tests
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
 from neuronc.bundle import BundleWriter
 from neuronc.keys import ConfigKey, config_key, toolchain_key
 from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
 from neuronc.store import Store
+from plugins.registry import register_backend
 
 NAME = "fake"
 ENTRY_POINT = "plugins.fake_backend:FakeBackend"
@@ -55,10 +55,12 @@ class FakeBackend(BackendBase):
 
 
 def register() -> None:
-    register_backend_for_tests(NAME, ENTRY_POINT)
+    register_backend(NAME, ENTRY_POINT)
 
 
 def make_spec(**overrides: Any) -> BuildSpec:
+    """A BuildSpec for the fake backend (registered here: keys ask the backend how it applies flags)."""
+    register()
     data: dict[str, Any] = {
         "model": ModelSection(id="acme/tiny-llama", revision="0123456789abcdef0123456789abcdef01234567"),
         "backend": NAME,

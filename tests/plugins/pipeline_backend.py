@@ -19,10 +19,10 @@ import os
 import time
 from typing import ClassVar
 
-from neuronc.backends import register_backend_for_tests, unregister_backend_for_tests
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
 from neuronc.errors import CompileError, EnvironmentIncompatibleError
 from plugins.fake_backend import FakeBackend
+from plugins.registry import register_backend, unregister_backend
 
 NAME = "pipeline"
 MISSING = "missing"
@@ -84,12 +84,12 @@ class MissingBackend(BackendBase):
 
 
 def register() -> None:
-    register_backend_for_tests("fake", "plugins.fake_backend:FakeBackend")
-    register_backend_for_tests(NAME, "plugins.pipeline_backend:PipelineBackend")
-    register_backend_for_tests(MISSING, "plugins.pipeline_backend:MissingBackend")
-    register_backend_for_tests(OWN_SHARDS, "plugins.pipeline_backend:OwnShardsBackend")
+    register_backend("fake", "plugins.fake_backend:FakeBackend")
+    register_backend(NAME, "plugins.pipeline_backend:PipelineBackend")
+    register_backend(MISSING, "plugins.pipeline_backend:MissingBackend")
+    register_backend(OWN_SHARDS, "plugins.pipeline_backend:OwnShardsBackend")
 
 
 def unregister() -> None:
     for name in ("fake", NAME, MISSING, OWN_SHARDS):
-        unregister_backend_for_tests(name)
+        unregister_backend(name)

@@ -3,7 +3,9 @@
 The real ``torch_neuronx``, ``neuronxcc``, ``libneuronxla``, ``neuronx_distributed``,
 ``neuronx_distributed_inference``, ``transformers_neuronx`` and ``optimum.neuron`` are not
 installable here (PyPI has placeholders). The packages under ``site/`` are **doubles**: they have
-the signatures reference/neuron-apis.md documents, check the arguments neuronc passes, and write
+the signatures of the upstream sources (aws-neuron/neuronx-distributed-inference,
+aws-neuron/transformers-neuronx, huggingface/optimum-neuron v0.4.5, and the torch-neuronx API
+reference in aws-neuron/aws-neuron-sdk), check the arguments neuronc passes, and write
 the files the real ones write (model.pt, neuron_config.json, *.neff, weights/tp*_sharded_checkpoint
 .safetensors ...), without compiling anything. Every module says so in its docstring and carries
 ``SDK_DOUBLE = True``.
@@ -23,7 +25,8 @@ from pathlib import Path
 
 SITE = Path(__file__).resolve().parent / "site"
 
-# Distribution name -> version the doubles claim (the Neuron SDK 2.26.1 set; reference §6).
+# Distribution name -> version the doubles claim: the Neuron SDK 2.26.1 set (aws-neuron/aws-neuron-sdk
+# src/helperscripts/n2-manifest.json; optimum-neuron 0.4.5's pins).
 DISTRIBUTIONS: dict[str, str] = {
     "neuronx-cc": "2.21.33363.0+82129205",
     "torch-neuronx": "2.8.0.2.10.16998",

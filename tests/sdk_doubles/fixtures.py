@@ -120,3 +120,13 @@ def make_job(spec: BuildSpec, checkpoint: Path, root: Path, **env: str) -> Compi
 
 def files_under(directory: Path) -> list[str]:
     return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+
+
+def bundle_with_extra(directory: Path, spec: BuildSpec, extra: dict[str, Any]) -> Path:
+    """A real (minimal) bundle for ``spec`` whose manifest carries ``extra``: what load snippets read."""
+    from neuronc.bundle import BundleWriter
+    from neuronc.keys import config_key
+
+    with BundleWriter(directory) as writer:
+        writer.write_bytes("artifacts/model.pt", b"compiled")
+        return writer.finish({"spec": spec, "config_key": config_key(spec, environ={}), "extra": extra})

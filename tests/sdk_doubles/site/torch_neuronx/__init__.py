@@ -11,18 +11,19 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from sdk_double_common import compile_graph
+from sdk_double_common import compile_graph, recorded
 
 SDK_DOUBLE = True
 __version__ = "2.8.0.2.10.16998"
 calls: list[dict[str, Any]] = []
 
 
+@recorded("torch-neuronx", "torch_neuronx.trace")
 def trace(
     func: Any,
     example_inputs: Any,
     *_: Any,
-    input_output_aliases: dict[Any, Any] | None = None,
+    input_output_aliases: dict[Any, Any] = {},  # noqa: B006 - the documented default
     compiler_workdir: str | None = None,
     compiler_args: str | list[str] | None = None,
     partitioner_config: Any = None,

@@ -16,13 +16,15 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from sdk_double_common import compile_graph
+from sdk_double_common import compile_graph, recorded
 
 SDK_DOUBLE = True
 __version__ = "0.13.1315"
+TNX = "transformers-neuronx"
 
 
 class NeuronConfig:
+    @recorded(TNX, "transformers_neuronx.NeuronConfig", method=True)
     def __init__(self, **kwargs: Any) -> None:
         for key, value in kwargs.items():
             setattr(self, key, value)
@@ -95,6 +97,7 @@ class _SamplingDouble:
         self.n_tensors = 0
 
     @classmethod
+    @recorded(TNX, "transformers_neuronx.{cls}.from_pretrained", method=True)
     def from_pretrained(cls, pretrained_model_path: str, *model_args: Any, **kwargs: Any) -> _SamplingDouble:
         path = Path(pretrained_model_path)
         config = json.loads((path / "config.json").read_text())
@@ -126,9 +129,11 @@ class _SamplingDouble:
         for name, digest in self._kernels():
             self._neffs[digest] = compile_graph(Path.cwd() / "tnx" / name, name, flags)
 
+    @recorded(TNX, "transformers_neuronx.{cls}.cpu_compile", method=True)
     def cpu_compile(self) -> None:
         self._compile()
 
+    @recorded(TNX, "transformers_neuronx.{cls}.to_neuron", method=True)
     def to_neuron(self) -> None:
         if self._load_dir is None:
             self._compile()
@@ -139,6 +144,7 @@ class _SamplingDouble:
                 raise FileNotFoundError(f"Could not find a matching NEFF for your HLO in this directory: {neff}")
             self._neffs[digest] = neff.read_bytes()
 
+    @recorded(TNX, "transformers_neuronx.{cls}.save", method=True)
     def save(self, directory: str, sharded_weights: bool = False) -> None:
         if not self._neffs:
             raise RuntimeError("nothing compiled yet")
@@ -147,6 +153,7 @@ class _SamplingDouble:
         for digest, data in self._neffs.items():
             (out / f"{digest}.neff").write_bytes(data)
 
+    @recorded(TNX, "transformers_neuronx.{cls}.load", method=True)
     def load(self, directory: str) -> None:
         self._load_dir = directory
 

@@ -1,8 +1,9 @@
 """SDK double of ``neuronx_distributed_inference.models.config``: NeuronConfig and InferenceConfig.
 
-NeuronConfig accepts the documented keyword arguments only (a typo in neuronc's mapping fails
-here, as it would be silently ignored or rejected by the real class) and applies the documented
-defaults and assertions.
+NeuronConfig accepts the keyword arguments the real class reads, as recorded from the upstream
+source (``sdk_double_common.recorded``): a typo in neuronc's mapping fails here, where the real
+class would only log it and compile without the setting. It applies the real defaults and
+assertions neuronc relies on.
 """
 
 from __future__ import annotations
@@ -14,77 +15,18 @@ from typing import Any
 
 import neuronx_distributed  # noqa: F401  (the real module imports NxD at module level)
 import torch_neuronx  # noqa: F401
+from sdk_double_common import recorded
 
 SDK_DOUBLE = True
+NXDI = "neuronx-distributed-inference"
+CONFIG = "neuronx_distributed_inference.models.config"
 CONFIG_FILE = "neuron_config.json"
 _DTYPES = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
-_KNOWN = {
-    "batch_size",
-    "seq_len",
-    "max_context_length",
-    "max_new_tokens",
-    "max_length",
-    "padding_side",
-    "torch_dtype",
-    "cast_type",
-    "tp_degree",
-    "cp_degree",
-    "pp_degree",
-    "ep_degree",
-    "attention_dp_degree",
-    "world_size",
-    "start_rank_id",
-    "local_ranks_size",
-    "enable_bucketing",
-    "buckets",
-    "context_encoding_buckets",
-    "token_generation_buckets",
-    "token_generation_batches",
-    "on_device_sampling_config",
-    "output_logits",
-    "is_continuous_batching",
-    "ctx_batch_size",
-    "tkg_batch_size",
-    "max_batch_size",
-    "save_sharded_checkpoint",
-    "skip_sharding",
-    "skip_warmup",
-    "on_cpu",
-    "logical_nc_config",
-    "logical_neuron_cores",
-    "target",
-    "quantized",
-    "quantized_checkpoints_path",
-    "quantization_type",
-    "quantization_dtype",
-    "kv_cache_quant",
-    "fused_qkv",
-    "sequence_parallel_enabled",
-    "flash_decoding_enabled",
-    "qkv_kernel_enabled",
-    "attn_kernel_enabled",
-    "mlp_kernel_enabled",
-    "speculation_length",
-    "enable_fused_speculation",
-    "enable_eagle_speculation",
-    "is_medusa",
-    "is_block_kv_layout",
-    "pa_num_blocks",
-    "pa_block_size",
-    "is_prefix_caching",
-    "chunked_prefill_config",
-    "async_mode",
-    "cc_pipeline_tiling_factor",
-    "scratchpad_page_size",
-    "enable_spill_reload_dge",
-}
 
 
 class NeuronConfig:
+    @recorded(NXDI, f"{CONFIG}.NeuronConfig", method=True)
     def __init__(self, **kwargs: Any) -> None:
-        unknown = sorted(set(kwargs) - _KNOWN)
-        if unknown:
-            raise TypeError(f"NeuronConfig got unexpected keyword arguments: {unknown}")
         self.batch_size = kwargs.pop("batch_size", 1)
         self.seq_len = kwargs.pop("seq_len", 128)
         self.max_context_length = kwargs.pop("max_context_length", self.seq_len)
@@ -125,6 +67,7 @@ class NeuronConfig:
 
 
 class InferenceConfig:
+    @recorded(NXDI, f"{CONFIG}.InferenceConfig", method=True)
     def __init__(
         self,
         neuron_config: NeuronConfig,
@@ -160,6 +103,7 @@ class InferenceConfig:
         (path / CONFIG_FILE).write_text(json.dumps(self.to_json(), indent=2, sort_keys=True), encoding="utf-8")
 
     @classmethod
+    @recorded(NXDI, f"{CONFIG}.InferenceConfig.load", method=True)
     def load(cls, model_path: str, **kwargs: Any) -> InferenceConfig:
         data = json.loads((Path(model_path) / CONFIG_FILE).read_text(encoding="utf-8"))
         neuron_config = cls.get_neuron_config_cls()(**data.pop("neuron_config"))

@@ -14,11 +14,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from sdk_double_common import compile_graph, load_safetensors_dir, save_torchscript, shard_to
+from sdk_double_common import compile_graph, load_safetensors_dir, recorded, save_torchscript, shard_to
 
 from neuronx_distributed_inference.models.config import InferenceConfig, NeuronConfig
 
 SDK_DOUBLE = True
+NXDI = "neuronx-distributed-inference"
+MODEL = "neuronx_distributed_inference.models.llama.modeling_llama.NeuronLlamaForCausalLM"
 compiled_paths: list[str] = []
 
 
@@ -39,6 +41,7 @@ class LlamaInferenceConfig(InferenceConfig):
 
 
 class NeuronLlamaForCausalLM:
+    @recorded(NXDI, MODEL, method=True)
     def __init__(
         self, model_path: str, config: InferenceConfig | None = None, neuron_config: NeuronConfig | None = None
     ):
@@ -50,13 +53,16 @@ class NeuronLlamaForCausalLM:
         self.loaded_weights_from: str | None = None
 
     @classmethod
+    @recorded(NXDI, f"{MODEL}.get_config_cls", method=True)
     def get_config_cls(cls) -> type[InferenceConfig]:
         return LlamaInferenceConfig
 
     @classmethod
+    @recorded(NXDI, f"{MODEL}.get_neuron_config_cls", method=True)
     def get_neuron_config_cls(cls) -> type[NeuronConfig]:
         return NeuronConfig
 
+    @recorded(NXDI, f"{MODEL}.compile", method=True)
     def compile(
         self, compiled_model_path: str, debug: bool = False, pre_shard_weights_hook: Any = None, dry_run: bool = False
     ) -> None:
@@ -83,6 +89,7 @@ class NeuronLlamaForCausalLM:
             )
         compiled_paths.append(compiled_model_path)
 
+    @recorded(NXDI, f"{MODEL}.load", method=True)
     def load(
         self,
         compiled_model_path: str,

@@ -1,0 +1,290 @@
+"""The CI view of a set of builds: `neuronc plan` (store, HF Neuron cache and pre-flight per build and
+graph) and `neuronc matrix` (one CI job per bundle, with the runner it needs)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from neuronc.errors import NeuroncError, is_client_library_error, is_network_error, short_reason
+from neuronc.preflight import Estimate, estimate, load_model_config
+from neuronc.spec import BuildSpec
+
+
+class CacheStatus(StrEnum):
+    """Whether a cache (the bundle store, the Hugging Face Neuron cache) holds a build."""
+
+    HIT = "hit"
+    MISS = "miss"
+    OTHER_TOOLCHAIN = "other-toolchain"
+    NOT_APPLICABLE = "n/a"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class HfCacheStatus:
+    """The Hugging Face Neuron cache's answer for one build (advisory: never an error)."""
+
+    status: CacheStatus
+    source: str | None
+    # Why the status is unknown, or what the lookup found.
+    reason: str | None = None
+    hits: int = 0
+    nearest: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        detail: Any = (
+            self.reason
+            if self.reason is not None
+            else {"hits": self.hits, "nearest": self.nearest, "notes": list(self.notes)}
+        )
+        return {"status": str(self.status), "source": self.source, "detail": detail}
+
+
+@dataclass
+class BuildPlan:
+    """What `neuronc plan` says about one build."""
+
+    spec: BuildSpec
+    config_hash: str
+    toolchain_key: str
+    toolchain_label: str
+    toolchain_missing: list[str]
+    store: dict[str, Any]
+    hf_cache: HfCacheStatus
+    estimate: Estimate
+    graphs: list[dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        return self.estimate.label
+
+    def to_json(self) -> dict[str, Any]:
+        spec = self.spec
+        return {
+            "profile": spec.profile_path,
+            "build": spec.build_index,
+            "name": spec.name,
+            "matrix": dict(spec.matrix_values),
+            "model": spec.model.id,
+            "backend": spec.backend,
+            "target": spec.target,
+            "tp_degree": spec.tp_degree,
+            "batch_size": spec.batch_size,
+            "key": self.config_hash[:12],
+            "config_hash": self.config_hash,
+            "toolchain_key": self.toolchain_key,
+            "toolchain_label": self.toolchain_label,
+            "toolchain_missing": list(self.toolchain_missing),
+            "store": dict(self.store),
+            "hf_cache": self.hf_cache.to_json(),
+            "preflight": self.estimate.to_json(),
+            "graphs": list(self.graphs),
+        }
+
+
+def plan_builds(
+    specs: Sequence[BuildSpec],
+    *,
+    store: Any = None,
+    snapshot: str | os.PathLike[str] | None = None,
+    online: bool = False,
+    jobs: int | None = None,
+    host_ram: int | None = None,
+) -> list[BuildPlan]:
+    """Describe each build: store status, HF Neuron cache status, and the pre-flight estimate.
+
+    ``store`` is anything ``neuronc.store.open_store`` accepts (None: the default store).
+    The HF Neuron cache is consulted from ``snapshot`` (a local copy of the cache repo) or, with
+    ``online``, the Hub; without either, or when the lookup cannot be made, its status is "unknown".
+    Nothing here raises for a build that does not fit: see ``Estimate.fits``.
+    """
+    from neuronc.backends import get_backend
+    from neuronc.keys import config_key, toolchain_key, toolchain_label
+    from neuronc.store import open_store
+
+    resolved = open_store(store)
+    hf_statuses = hf_cache_statuses(specs, snapshot=snapshot, online=online)
+    plans: list[BuildPlan] = []
+    for index, spec in enumerate(specs):
+        backend = get_backend(spec.backend)
+        availability = backend.availability()
+        versions = dict(availability.versions or backend.toolchain_versions())
+        missing = sorted(name for name, version in versions.items() if version is None)
+        config = config_key(spec)
+        tool_key = toolchain_key(versions)
+        store_status = resolved.probe(config.hash, tool_key).to_json()
+        if not availability.available:
+            store_status["note"] = (
+                f"the {spec.backend} toolchain is not installed here ({availability.reason}); "
+                "a hit is judged for the versions installed here, the compile runner's may differ"
+            )
+        hf = hf_statuses[index]
+        plan = get_backend(spec.backend).plan(spec)
+        est = estimate(spec, load_model_config(spec), jobs=jobs, graphs=len(plan.graphs), host_ram=host_ram)
+        graphs = [
+            {
+                **graph.to_json(),
+                "store": store_status["status"],
+                "hf_cache": str(hf.status),
+                "host_compile_bytes": est.host_compile_per_graph_bytes,
+            }
+            for graph in plan.graphs
+        ]
+        plans.append(
+            BuildPlan(
+                spec=spec,
+                config_hash=config.hash,
+                toolchain_key=tool_key,
+                toolchain_label=toolchain_label(spec.backend, versions),
+                toolchain_missing=missing,
+                store=store_status,
+                hf_cache=hf,
+                estimate=est,
+                graphs=graphs,
+            )
+        )
+    return plans
+
+
+def hf_cache_statuses(
+    specs: Sequence[BuildSpec], *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
+) -> list[HfCacheStatus]:
+    """Whether the Hugging Face Neuron cache has each build: hit | miss | n/a | unknown (never raises).
+
+    One registry load for all builds, through ``neuronc.hubcache.lookup_builds`` with a snapshot
+    (``--snapshot DIR``) or the Hub (``--online``). A snapshot that cannot be read or an
+    unreachable Hub gives "unknown" with the reason: the cache is advisory.
+    """
+    if snapshot is None and not online:
+        unchecked = HfCacheStatus(CacheStatus.UNKNOWN, None, reason="not checked (pass --snapshot DIR or --online)")
+        return [unchecked] * len(specs)
+    source_name = str(snapshot) if snapshot is not None else "hub"
+    from neuronc.hubcache import HubSource, SnapshotSource, lookup_builds
+
+    try:
+        source: Any = SnapshotSource(snapshot) if snapshot is not None else HubSource.from_environment()
+        results, _ = lookup_builds(list(specs), source)
+    except NeuroncError as exc:  # the cache is advisory: a bad snapshot or an offline miss is "unknown"
+        failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {exc.message}")
+        return [failed] * len(specs)
+    except Exception as exc:
+        if not (is_network_error(exc) or is_client_library_error(exc) or isinstance(exc, OSError)):
+            raise
+        failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {short_reason(exc)}")
+        return [failed] * len(specs)
+    by_result = {"hit": CacheStatus.HIT, "miss": CacheStatus.MISS, "not-applicable": CacheStatus.NOT_APPLICABLE}
+    return [
+        HfCacheStatus(
+            by_result.get(str(result.status), CacheStatus.UNKNOWN),
+            source_name,
+            hits=len(result.hits),
+            nearest=len(result.nearest),
+            notes=tuple(str(n) for n in result.notes),
+        )
+        for result in results
+    ]
+
+
+def hf_cache_status(
+    spec: BuildSpec, *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
+) -> HfCacheStatus:
+    """``hf_cache_statuses`` for one build."""
+    return hf_cache_statuses([spec], snapshot=snapshot, online=online)[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# The CI matrix
+# ------------------------------------------------------------------------------------------------
+
+# GitHub Actions refuses a job matrix of more than 256 combinations.
+GITHUB_MATRIX_LIMIT = 256
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    """One CI job: a bundle to build, its key for ``compile --only``, and the runner it needs."""
+
+    profile: str | None
+    build: int
+    config_hash: str
+    name: str
+    model: str
+    backend: str
+    target: str
+    tp_degree: int
+    batch_size: int
+    runner: str
+    preflight: str
+    graphs: int
+
+    @property
+    def key(self) -> str:
+        return self.config_hash[:12]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "build": self.build,
+            "key": self.key,
+            "config_hash": self.config_hash,
+            "name": self.name,
+            "model": self.model,
+            "backend": self.backend,
+            "target": self.target,
+            "tp_degree": self.tp_degree,
+            "batch_size": self.batch_size,
+            "runner": self.runner,
+            "preflight": self.preflight,
+            "graphs": self.graphs,
+        }
+
+
+def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
+    """One entry per bundle, ready for a CI job matrix: profile, build index, key, expected runner.
+
+    ``key`` is the config hash prefix ``neuronc compile --only`` takes; ``runner`` is the smallest
+    instance of the target's family with tp NeuronCores and the estimated host RAM for compile
+    (``cpu`` for the CPU target).
+    """
+    from neuronc.instances import choose_runner
+    from neuronc.keys import config_key
+
+    entries = []
+    for spec in specs:
+        est = estimate(spec, load_model_config(spec))
+        host = max(est.host_compile_bytes or 0, est.host_split_bytes or 0) or None
+        entries.append(
+            MatrixEntry(
+                profile=spec.profile_path,
+                build=spec.build_index,
+                config_hash=config_key(spec).hash,
+                name=spec.name or spec.model.id,
+                model=spec.model.id,
+                backend=spec.backend,
+                target=spec.target,
+                tp_degree=spec.tp_degree,
+                batch_size=spec.batch_size,
+                runner=choose_runner(spec.target, spec.tp_degree, host_bytes=host, options=spec.options),
+                preflight=est.status,
+                graphs=est.graphs,
+            )
+        )
+    return entries
+
+
+__all__ = [
+    "GITHUB_MATRIX_LIMIT",
+    "BuildPlan",
+    "CacheStatus",
+    "HfCacheStatus",
+    "MatrixEntry",
+    "hf_cache_status",
+    "hf_cache_statuses",
+    "matrix_entries",
+    "plan_builds",
+]

@@ -1,0 +1,86 @@
+"""`neuronc profiles list|show|copy`: the profiles shipped inside the package (neuronc/data).
+
+Named `presets` because neuronc/cli/profiles.py holds the commands that take profile files
+(validate, schema, hash). Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from neuronc._output import out
+from neuronc.cli._app import app, command
+from neuronc.cli._options import JsonOpt
+
+profiles_app = typer.Typer(
+    no_args_is_help=True,
+    help="The example profiles shipped with neuronc (and the demo model): list, show, copy.",
+)
+app.add_typer(profiles_app, name="profiles")
+
+NameArg = Annotated[str, typer.Argument(help="Profile name, as `neuronc profiles list` shows it.", show_default=False)]
+
+
+@command(profiles_app, name="list", epilog="Example: neuronc profiles list --json | jq -r '.profiles[].name'")
+def list_command(json_out: JsonOpt = False) -> None:
+    """List the shipped profiles: name, description, backend and target (--json adds the model)."""
+    from neuronc.data import shipped_profiles
+
+    out.configure(json_mode=json_out)
+    profiles = shipped_profiles()
+    data = {"profiles": [p.to_json() for p in profiles]}
+
+    def render() -> None:
+        # Backend and target give way first on a narrow terminal (names never break; see out.table).
+        out.table(
+            ["name", "description", "backend", "target"],
+            [[p.name, p.description, p.backend, p.target] for p in profiles],
+            optional=["target", "backend"],
+        )
+
+    out.result(data, render)
+
+
+@command(profiles_app, name="show", epilog="Example: neuronc profiles show tiny-llama-cpu")
+def show_command(name: NameArg) -> None:
+    """Print a shipped profile's YAML as shipped."""
+    from neuronc.data import profile_text
+
+    # Plain text on stdout (not through Rich): the YAML must come out byte for byte.
+    sys.stdout.write(profile_text(name))
+
+
+@command(
+    profiles_app,
+    name="copy",
+    epilog=("Example: neuronc profiles copy tiny-llama-cpu && neuronc compile tiny-llama-cpu.yaml --out demo-bundle"),
+)
+def copy_command(
+    name: NameArg,
+    dest: Annotated[
+        Path | None,
+        typer.Argument(
+            help="A directory (default: the current one) or a .yaml file name to write.", show_default=False
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a shipped profile where you can edit and compile it (with the model it names, if shipped)."""
+    from neuronc.data import copy_profile
+
+    out.configure(json_mode=json_out)
+    copied = copy_profile(name, dest, force=force)
+
+    def render() -> None:
+        from neuronc.fsutil import plural
+
+        extra = f" and {copied.model_dir} ({plural(len(copied.files) - 1, 'file')})" if copied.model_dir else ""
+        out.success(f"wrote {copied.profile}{extra}")
+        out.info(f"next: neuronc validate {copied.profile} · neuronc compile {copied.profile}")
+
+    out.result(copied.to_json(), render)

@@ -1,0 +1,50 @@
+"""The compile pipeline: profiles → BuildSpecs → resolved builds → lookup, pre-flight, split, compile, publish.
+
+``compile_profiles`` runs every build of every profile given and returns one ``BuildReport`` per
+build; ``build_one`` runs a single ``BuildSpec``. Library code here returns or raises: progress goes
+to the ``ProgressSink`` passed in, and a build's failure is recorded in its report (with the exit
+code the CLI will return and the exception itself) rather than stopping the other builds — except
+an environment error, which would fail every remaining build the same way.
+
+A store hit is the fast path: resolving a build, its keys and the lookup import neither torch nor
+transformers, so ``neuronc compile`` on a built profile returns in a fraction of a second.
+
+Modules: ``context`` (a build resolved once), ``stages`` (what happens on a miss), ``run`` (the
+loop over builds), ``report`` (typed results and the JSON report), ``timing`` (stage clock),
+``nearest`` (the nearest bundle on a miss), ``out`` (``--out`` copies).
+"""
+
+from neuronc.pipeline.context import BuildContext, resolve_build
+from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
+from neuronc.pipeline.out import bundle_dirname, copy_bundle
+from neuronc.pipeline.report import (
+    BuildReport,
+    BuildStatus,
+    NearestBundle,
+    StageReport,
+    overall_exit_code,
+    run_report,
+)
+from neuronc.pipeline.run import build_one, check_backends, compile_profiles, open_store, select_builds
+from neuronc.pipeline.stages import failed_logs_root
+
+__all__ = [
+    "BuildContext",
+    "BuildReport",
+    "BuildStatus",
+    "NearestBundle",
+    "StageReport",
+    "build_one",
+    "bundle_dirname",
+    "check_backends",
+    "compile_profiles",
+    "copy_bundle",
+    "failed_logs_root",
+    "nearest_bundle",
+    "nearest_lines",
+    "open_store",
+    "overall_exit_code",
+    "resolve_build",
+    "run_report",
+    "select_builds",
+]

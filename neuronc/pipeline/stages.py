@@ -1,0 +1,240 @@
+"""The stages of one build after it is resolved: lookup, pre-flight, resolve checkpoint, split,
+model files, compile, publish. Each takes the ``BuildContext`` and the report it fills in."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from neuronc.backends.base import CompileJob, CompileResult
+from neuronc.bundle import BundleWriter
+from neuronc.errors import EXIT_OK, CompileError, NeuroncError, log_tail
+from neuronc.fsutil import plural
+from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.report import BuildReport, BuildStatus
+from neuronc.pipeline.timing import StageClock
+from neuronc.progress import ProgressSink
+from neuronc.store import BundleStore
+
+_LOG_TAIL_LINES = 20
+
+
+def record_hit(report: BuildReport, bundle: Path) -> None:
+    """A store hit: the report names the bundle and its graphs (read from its manifest)."""
+    from neuronc.bundle import read_manifest
+
+    report.status = BuildStatus.HIT
+    report.exit_code = EXIT_OK
+    report.bundle = str(bundle)
+    report.graphs = [dict(g) for g in read_manifest(bundle).graphs]
+
+
+def preflight(ctx: BuildContext, jobs: int, log: Callable[[str], None]) -> None:
+    """The memory estimate `neuronc plan` shows: a build that cannot fit fails (exit 2) before it compiles."""
+    from neuronc.preflight import preflight as check
+
+    estimate = check(ctx.spec, ctx.model_config, jobs=jobs)
+    for warning in estimate.warnings:
+        log(f"warning: {warning}")
+
+
+def compile_into_store(
+    ctx: BuildContext,
+    report: BuildReport,
+    store: BundleStore,
+    jobs: int,
+    progress: ProgressSink,
+    clock: StageClock,
+) -> None:
+    """Resolve the checkpoint, split, copy model files, compile and publish; never leave a half-written bundle."""
+    from neuronc.model.source import resolve_checkpoint
+
+    spec = ctx.spec
+    writer = store.writer(
+        ctx.config.hash, ctx.toolchain_key, toolchain=ctx.versions, backend=spec.backend, model_id=spec.model.id
+    )
+    staging = Path(writer.path)
+    finished = False
+    try:
+        with clock.stage("resolve", "resolve checkpoint"):
+            model_dir, source = resolve_checkpoint(spec, ctx.model_dir, ctx.revision)
+        weights_dir: Path | None = None
+        shards: list[dict[str, Any]] = []
+        # A backend that shards in its own format (the Neuron SDKs) never reads neuronc's rank
+        # shards; writing them would only cost time and disk.
+        if spec.weights == "presharded" and ctx.backend.consumes_rank_shards:
+            # The splitter draws its own byte-progress bar.
+            with clock.stage("split", f"split weights (tp={spec.tp_degree})", quiet=True):
+                weights_dir = staging / "weights"
+                shards = _split(model_dir, weights_dir, ctx, writer, progress)
+        with clock.stage("model_files", "copy config and tokenizer"):
+            _add_model_files(model_dir, writer)
+            _add_profile(ctx, writer)
+        job = CompileJob(
+            spec=spec,
+            plan=ctx.plan,
+            checkpoint_dir=model_dir,
+            artifacts_dir=staging / "artifacts",
+            logs_dir=staging / "logs",
+            work_dir=writer.scratch_dir,
+            weights_dir=weights_dir,
+            jobs=jobs,
+            progress=progress,
+        )
+        job.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        job.logs_dir.mkdir(parents=True, exist_ok=True)
+        graphs = plural(len(ctx.plan.graphs), "graph")
+        with clock.stage("compile", f"compile {graphs} with {spec.backend}", children=True):
+            result = _compile(ctx, job)
+        report.graphs = _graph_records(result)
+        with clock.stage("publish", "write manifest and publish"):
+            bundle = writer.finish(_manifest_fields(ctx, report, source, shards, result))
+        finished = True
+        published = writer.published
+        if published is not None and published.lost_race:
+            # Another host published this key first: its bundle is the one in the store, and
+            # the one this build uses (the local copy was replaced by it).
+            record_hit(report, bundle)
+            report.messages.append(published.message or f"another publisher stored {ctx.config.short} first")
+            return
+        report.status = BuildStatus.BUILT
+        report.exit_code = EXIT_OK
+        report.bundle = str(bundle)
+    except CompileError as exc:
+        _keep_logs(exc, staging, ctx)
+        raise
+    finally:
+        if not finished:
+            writer.abort()
+
+
+def _compile(ctx: BuildContext, job: CompileJob) -> CompileResult:
+    try:
+        return ctx.backend.compile(job)
+    except NeuroncError:
+        raise
+    except Exception as exc:
+        # A compiler crash is a compile failure of this build, not a bug in the pipeline.
+        msg = f"{ctx.label}: {ctx.backend.name} compile failed: {type(exc).__name__}: {exc}"
+        raise CompileError(msg) from exc
+
+
+def _graph_records(result: CompileResult) -> list[dict[str, Any]]:
+    return [
+        {
+            **g.graph.to_json(),
+            "artifact": g.artifact,
+            "compile_seconds": round(g.compile_seconds, 3),
+            "cache_hit": g.cache_hit,
+        }
+        for g in result.graphs
+    ]
+
+
+def _manifest_fields(
+    ctx: BuildContext,
+    report: BuildReport,
+    source: dict[str, Any],
+    shards: list[dict[str, Any]],
+    result: CompileResult,
+) -> dict[str, Any]:
+    """Everything the manifest says about this build; the writer adds files, time and host."""
+    from neuronc import __version__
+
+    spec = ctx.spec
+    return {
+        "neuronc_version": __version__,
+        "backend": spec.backend,
+        "target": spec.target,
+        "profile": spec.normalized(),
+        "config_hash": ctx.config.hash,
+        "hashed_fields": list(ctx.config.fields),
+        "hashed_inputs": ctx.config.inputs,
+        "toolchain": dict(ctx.versions),
+        "toolchain_key": ctx.toolchain_key,
+        "graphs": report.graphs,
+        "shards": shards,
+        "weights": source,
+        "stages": [s.to_manifest() for s in report.stages],
+        "extra": dict(result.extra),
+    }
+
+
+def _split(
+    model_dir: Path, weights_dir: Path, ctx: BuildContext, writer: BundleWriter, progress: ProgressSink
+) -> list[dict[str, Any]]:
+    from neuronc.checkpoint import split_checkpoint
+
+    spec = ctx.spec
+    # hash=True: the manifest records each shard's SHA-256 and the bundle writer adopts it unread.
+    result = split_checkpoint(model_dir, weights_dir, spec.tp_degree, dtype=spec.amp, progress=progress, hash=True)
+    shards = []
+    recorded: set[str] = set()
+    for shard in result.shards:
+        rel = f"weights/{Path(shard.file).name}"
+        writer.adopt(rel, role="weights", sha256=shard.sha256, size=shard.bytes)
+        recorded.add(rel)
+        shards.append({"rank": shard.rank, "file": rel, "bytes": shard.bytes, "sha256": shard.sha256})
+    # Anything else the splitter wrote (index.json) is hashed by the writer.
+    for path in sorted(weights_dir.rglob("*")):
+        rel = path.relative_to(weights_dir.parent).as_posix()
+        if path.is_file() and rel not in recorded:
+            writer.adopt(rel, role="weights")
+    return shards
+
+
+def _add_model_files(model_dir: Path, writer: BundleWriter) -> None:
+    from neuronc.model.files import model_files
+
+    for path in model_files(model_dir):
+        # Resolve hub-cache symlinks: the bundle carries real files.
+        writer.add_file(f"model/{path.name}", role="model", source_path=path.resolve())
+
+
+def _add_profile(ctx: BuildContext, writer: BundleWriter) -> None:
+    profile = ctx.spec.profile_path
+    if profile and Path(profile).is_file():
+        writer.add_file("profile.yaml", role="profile", source_path=Path(profile))
+
+
+# -- failures: keep the logs, show their tail ---------------------------------------------------
+
+
+def failed_logs_root() -> Path:
+    """Where logs of failed builds are kept after their staging directory is removed."""
+    from neuronc.locations import user_cache_dir
+
+    return user_cache_dir() / "failed-builds"
+
+
+def _keep_logs(exc: CompileError, staging: Path, ctx: BuildContext) -> None:
+    """Move the staging logs somewhere that survives cleanup and add the log tail to the error."""
+    logs = staging / "logs"
+    kept: Path | None = None
+    if logs.is_dir() and any(logs.iterdir()):
+        kept = failed_logs_root() / f"{ctx.config.short}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(logs, kept)
+        except OSError:
+            kept = None  # keeping logs is best effort: the compile error itself is what matters
+    log_path = Path(exc.log_path) if exc.log_path else None
+    if log_path is not None and kept is not None:
+        with contextlib.suppress(ValueError):
+            log_path = kept / log_path.resolve().relative_to(logs.resolve())
+    elif log_path is None and kept is not None:
+        candidates = sorted(kept.rglob("*.log"), key=lambda p: p.stat().st_mtime)
+        log_path = candidates[-1] if candidates else None
+    if log_path is not None and log_path.is_file():
+        exc.log_path = str(log_path)
+        tail = log_tail(log_path, _LOG_TAIL_LINES)
+        if tail and not any(line in exc.details for line in tail[-3:]):
+            exc.details.append(f"last lines of {log_path}:")
+            exc.details.extend(f"  {line}" for line in tail)
+    if kept is not None and exc.hint is None:
+        exc.hint = f"compiler logs kept in {kept}"

@@ -1,0 +1,128 @@
+"""Bundle stores: complete bundles by (config hash, toolchain key), local or remote, behind one interface.
+
+``open_store(location)`` returns a ``BundleStore``: a ``LocalStore`` for a directory (or None: the
+default store), a ``RemoteStore`` for ``s3://`` and ``hf://``. Code above this package uses only the
+``BundleStore`` interface (docs/remote-store.md, docs/architecture.md). Importing this package
+imports neither fsspec nor a cloud client: a remote store loads them on its first call.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from neuronc.bundle._publish import Published, PublishHook, PublishStatus
+from neuronc.errors import InvalidInputError
+from neuronc.store._api import HASH_PREFIX, BundleStore, Nearest
+from neuronc.store._lock import KeyLock
+from neuronc.store._records import (
+    GcReport,
+    LocalEntry,
+    Probe,
+    ProbeStatus,
+    Removed,
+    Repair,
+    RepairAction,
+    StoreEntry,
+    Verified,
+)
+from neuronc.store._remote_url import (
+    OBJECTS_DIR,
+    StoreURL,
+    default_cache_dir,
+    is_remote,
+    object_rel,
+    parse_store_url,
+    split_bundle_url,
+)
+from neuronc.store.local import STORE_ENV, LocalStore, Store, default_store_path, model_slug
+
+if TYPE_CHECKING:
+    from neuronc.store._remote_io import RemoteSettings
+    from neuronc.store.remote import DEFAULT_GC_GRACE_SECONDS, RemoteStore, UploadResult
+
+# The remote store's modules (asyncio, thread pools, fsspec on first use) load only when a remote
+# name is asked for: a local store hit never imports them.
+_REMOTE_NAMES = {
+    "RemoteStore": "neuronc.store.remote",
+    "UploadResult": "neuronc.store.remote",
+    "DEFAULT_GC_GRACE_SECONDS": "neuronc.store.remote",
+    "RemoteSettings": "neuronc.store._remote_io",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _REMOTE_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'neuronc.store' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def open_store(
+    location: BundleStore | str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str] | None = None
+) -> BundleStore:
+    """The store at ``location``: a directory (None: $NEURONC_STORE or the user cache), s3:// or hf://.
+
+    A ``BundleStore`` is returned as it is. ``cache_dir`` is a remote store's local cache.
+    """
+    if isinstance(location, BundleStore):
+        return location
+    text = "" if location is None else os.fspath(location)
+    if is_remote(text):
+        from neuronc.store.remote import RemoteStore
+
+        return RemoteStore(text, cache_dir=cache_dir)
+    if "://" in text and not text.startswith("file://"):
+        msg = f"--store {text}: unsupported scheme"
+        raise InvalidInputError(msg, hint="use a directory, s3://bucket/prefix or hf://org/repo")
+    return LocalStore.from_option(text or None)
+
+
+def verify_url(url: str, *, jobs: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Verified:
+    """Verify one stored bundle named by its URL (``<store>/<model>/<toolchain>/<hash>``, as `store list` prints)."""
+    from neuronc.store.remote import RemoteStore
+
+    store_url, rel = split_bundle_url(url)
+    store = RemoteStore(store_url, cache_dir=cache_dir)
+    [checked] = store.verify(rel, jobs=jobs)
+    return checked
+
+
+__all__ = [
+    "DEFAULT_GC_GRACE_SECONDS",
+    "HASH_PREFIX",
+    "OBJECTS_DIR",
+    "STORE_ENV",
+    "BundleStore",
+    "GcReport",
+    "KeyLock",
+    "LocalEntry",
+    "LocalStore",
+    "Nearest",
+    "Probe",
+    "ProbeStatus",
+    "PublishHook",
+    "PublishStatus",
+    "Published",
+    "RemoteSettings",
+    "RemoteStore",
+    "Removed",
+    "Repair",
+    "RepairAction",
+    "Store",
+    "StoreEntry",
+    "StoreURL",
+    "UploadResult",
+    "Verified",
+    "default_cache_dir",
+    "default_store_path",
+    "is_remote",
+    "model_slug",
+    "object_rel",
+    "open_store",
+    "parse_store_url",
+    "split_bundle_url",
+    "verify_url",
+]

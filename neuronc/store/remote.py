@@ -1,0 +1,452 @@
+"""Remote bundle stores: ``s3://bucket/prefix`` (s3fs) and ``hf://org/repo`` (huggingface_hub), via fsspec.
+
+A remote store holds the same bundles under the same keys as a local store. Layout::
+
+    <root>/<model-slug>/<toolchain-label>/<config-hash[:16]>/manifest.json   written last
+    <root>/.objects/sha256/<ab>/<sha256>                                      file contents, by SHA-256
+
+The manifest is the bundle's own ``manifest.json``, byte for byte. The files it lists live in a
+content-addressed pool, because object stores have no rename: two publishers of one key writing
+``weights/rank0.safetensors`` in place could interleave. Content-addressed objects cannot conflict
+(one path, one content), so:
+
+1. a publisher verifies its local bundle, then uploads the objects the store lacks;
+2. then writes ``manifest.json`` **last**, conditionally (S3 ``If-None-Match: *``): the first complete
+   publisher wins; a loser finds the winner's manifest, checks that its objects are there, and uses
+   the winner's bundle (``PublishStatus.EXISTS``). Where the server has no conditional writes the
+   manifest is overwritten: every manifest that can win names objects already uploaded. On
+   ``hf://`` the objects and the manifest go in one commit, which the Hub applies atomically.
+
+A bundle exists only once its manifest is there, parses, and every object it names is present at
+its declared size. Readers download the objects of the bundle they fetch (skipping objects already
+in the local object cache), verify each SHA-256 as it streams, and materialise a normal bundle in a
+local cache (a ``LocalStore``), manifest last. ``lookup`` and ``probe`` never write to the store.
+
+A compile that built a bundle here marks it pending (``<cache>/.pending/<key>``, holding the SHA-256
+of its manifest) until its upload completes. A later compile of that key on this host, under the
+key lock, finishes the upload, but only of that same bundle and only while the store still lacks
+the key: a bundle fetched from the store, or a key found published, clears the mark, so nothing
+removed from the store comes back through it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from neuronc.bundle import MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleWriter, Manifest, parse_manifest, read_manifest
+from neuronc.bundle._publish import Published, PublishStatus
+from neuronc.errors import BundleFormatError, RemoteStoreError, VerificationError
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
+from neuronc.store._lock import KeyLock
+from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
+from neuronc.store._remote_io import RemoteIO, RemoteSettings
+from neuronc.store._remote_transfer import (
+    UploadResult,
+    hf_commit,
+    overwrite_manifest,
+    upload_files,
+    write_manifest,
+)
+from neuronc.store._remote_url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
+from neuronc.store.local import LocalStore
+
+# Objects younger than this are never collected: a publisher may still be about to write its manifest.
+DEFAULT_GC_GRACE_SECONDS = 24 * 3600
+PENDING_DIR = ".pending"
+
+
+class RemoteStore(BundleStore):
+    """Bundles in S3 or a Hugging Face repo, behind the ``BundleStore`` interface.
+
+    Args:
+        url: ``s3://bucket/prefix`` or ``hf://[datasets/]org/repo[@revision][/prefix]``.
+        cache_dir: where fetched bundles and objects are kept (default: ``default_cache_dir(url)``).
+        fs: an fsspec file system to use instead of the one the scheme implies.
+        storage_options: passed to the file system (e.g. ``{"endpoint_url": ...}`` for s3fs; the
+            usual ``AWS_*`` variables, including ``AWS_ENDPOINT_URL_S3``, work as they do for boto).
+        settings: time limits (default: from the ``NEURONC_REMOTE_*`` variables).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        fs: Any = None,
+        storage_options: Mapping[str, Any] | None = None,
+        settings: RemoteSettings | None = None,
+    ) -> None:
+        self.url = parse_store_url(url)
+        self.cache = LocalStore(Path(cache_dir) if cache_dir is not None else default_cache_dir(self.url.url))
+        self.io = RemoteIO(self.url, fs=fs, storage_options=storage_options, settings=settings)
+
+    @property
+    def location(self) -> str:
+        return self.url.url
+
+    @property
+    def fs(self) -> Any:
+        return self.io.fs
+
+    # -- layout -------------------------------------------------------------------------------
+    def bundle_rel(self, manifest: Manifest) -> str:
+        """The bundle's directory relative to the store root: the local store's layout."""
+        return self.cache.path_for(manifest).relative_to(self.cache.root).as_posix()
+
+    def _require_container(self) -> None:
+        """RemoteStoreError (exit 5) if the bucket or repository does not exist: it is not an empty store."""
+        if self.io.call("checking the store", "info", self.url.container_root, missing_ok=True) is None:
+            msg = f"{self.url.url}: {self.url.container_word} '{self.url.container}' does not exist"
+            raise RemoteStoreError(msg, hint=self.url.access_hint())
+
+    def _ls(self, path: str) -> builtins.list[dict[str, Any]] | None:
+        found = self.io.call("listing", "ls", path, detail=True, missing_ok=True)
+        return None if found is None else builtins.list(found)
+
+    def _labels(self) -> builtins.list[str]:
+        """Every ``<slug>/<label>`` directory (two listings deep; objects are never listed)."""
+        self.io.invalidate()
+        slugs = self._ls(self.io.path(""))
+        if not slugs:
+            self._require_container()
+            return []
+        labels: builtins.list[str] = []
+        for slug in slugs:
+            name = _basename(slug["name"])
+            if slug.get("type") != "directory" or name.startswith("."):
+                continue
+            inner = self._ls(slug["name"]) or []
+            labels += [f"{name}/{_basename(e['name'])}" for e in inner if e.get("type") == "directory"]
+        return sorted(labels)
+
+    def _candidates(self, config_hash: str, toolchain_key: str | None) -> builtins.list[str]:
+        config_hash = check_hex(config_hash, "config hash")
+        suffix = f"-{check_hex(toolchain_key, 'toolchain key')[:8]}" if toolchain_key else ""
+        return [
+            f"{label}/{config_hash[:HASH_PREFIX]}" for label in self._labels() if not suffix or label.endswith(suffix)
+        ]
+
+    # -- reading ------------------------------------------------------------------------------
+    def read_remote_manifest(self, rel: str) -> tuple[Manifest, bytes] | None:
+        """The manifest of the bundle at ``rel``, checked as a local one is; None if absent or invalid."""
+        return self.read_remote_manifests([rel])[0]
+
+    def read_remote_manifests(self, rels: builtins.list[str]) -> builtins.list[tuple[Manifest, bytes] | None]:
+        """``read_remote_manifest`` for many bundles at once (one bounded ranged read each, in parallel)."""
+
+        def read(rel: str) -> Callable[[], Any]:
+            path = self.io.path(f"{rel}/{MANIFEST_NAME}")
+            return lambda: self.io.op("cat_file", path, start=0, end=MAX_MANIFEST_BYTES + 1, missing_ok=True)
+
+        raws = self.io.run_all("reading manifests", [(0, read(rel)) for rel in rels])
+        return [self._parse(rel, raw) for rel, raw in zip(rels, raws, strict=True)]
+
+    def _parse(self, rel: str, raw: object) -> tuple[Manifest, bytes] | None:
+        if not isinstance(raw, bytes) or len(raw) > MAX_MANIFEST_BYTES:
+            return None  # absent, or larger than any manifest may be
+        try:
+            return parse_manifest(raw, where=f"{self.url.url}/{rel}/{MANIFEST_NAME}"), raw
+        except BundleFormatError:
+            return None
+
+    def object_sizes(self, shas: builtins.list[str]) -> dict[str, int | None]:
+        """The stored size of each object (None where it is absent)."""
+
+        def size_of(sha: str) -> Callable[[], Any]:
+            return lambda: self.io.op("info", self.io.path(object_rel(sha)), missing_ok=True)
+
+        infos = self.io.run_all("checking objects", [(0, size_of(sha)) for sha in shas])
+        return {
+            sha: (info.get("size") if isinstance(info, dict) else None) for sha, info in zip(shas, infos, strict=True)
+        }
+
+    def missing_objects(self, manifest: Manifest) -> builtins.list[str]:
+        """Objects a manifest names that are absent or of the wrong size ("path (object sha why)")."""
+        wanted = {f.sha256: f for f in manifest.files}
+        sizes = self.object_sizes(sorted(wanted))
+        problems = []
+        for sha, entry in wanted.items():
+            if sizes[sha] is None:
+                problems.append(f"{entry.path} (object {sha[:12]} missing)")
+            elif sizes[sha] != entry.size:
+                problems.append(f"{entry.path} (object {sha[:12]} is {sizes[sha]} bytes, manifest says {entry.size})")
+        return sorted(problems)
+
+    def _locate(self, config_hash: str, toolchain_key: str) -> tuple[str, Manifest, bytes] | None:
+        rels = self._candidates(config_hash, toolchain_key)
+        for rel, read in zip(rels, self.read_remote_manifests(rels), strict=True):
+            if read is None:
+                continue
+            manifest, raw = read
+            if manifest.config_hash != config_hash.lower() or manifest.toolchain_key != toolchain_key.lower():
+                continue
+            if not self.missing_objects(manifest):
+                return rel, manifest, raw
+        return None
+
+    def locate(self, config_hash: str, toolchain_key: str) -> str | None:
+        """The URL of the complete bundle for these full keys, or None; downloads only manifests."""
+        found = self._locate(config_hash, toolchain_key)
+        return f"{self.url.url}/{found[0]}" if found else None
+
+    def lookup(self, config_hash: str, toolchain_key: str) -> Path | None:
+        """The bundle for these keys as a local directory (downloaded into the cache), or None.
+
+        The remote store is the source of truth: a bundle in the local cache counts only while the
+        store has it. Nothing is ever written to the store here.
+        """
+        found = self._locate(config_hash, toolchain_key)
+        if found is None:
+            return None
+        return self.materialize(*found)
+
+    def materialize(self, rel: str, manifest: Manifest, raw: bytes) -> Path:
+        """The stored bundle as a directory in the local cache (objects downloaded and verified)."""
+        from neuronc.store._remote_fetch import materialize
+
+        path = materialize(self, rel, manifest, raw)
+        self._clear_pending(manifest.config_hash, manifest.toolchain_key)
+        return path
+
+    # -- writing ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(
+        self,
+        config_hash: str,
+        toolchain_key: str,
+        *,
+        timeout: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> Iterator[KeyLock]:
+        """The per-key lock of this host's cache; then an interrupted upload of this key is finished.
+
+        Across hosts the publish protocol keeps bundles whole without a lock: two hosts may both
+        compile a key, and the second to publish uses the first one's bundle.
+        """
+        with self.cache.lock(config_hash, toolchain_key, timeout=timeout, on_wait=on_wait) as held:
+            self._resume_pending(config_hash, toolchain_key)
+            yield held
+
+    def writer(
+        self,
+        config_hash: str,
+        toolchain_key: str | None = None,
+        *,
+        toolchain: Mapping[str, str | None] | None = None,
+        backend: str | None = None,
+        model_id: str | None = None,
+        expected_bytes: int | None = None,
+    ) -> BundleWriter:
+        """A BundleWriter that builds into the local cache; ``finish`` then uploads to the remote store."""
+        return self.cache.writer(
+            config_hash,
+            toolchain_key,
+            toolchain=toolchain,
+            backend=backend,
+            model_id=model_id,
+            expected_bytes=expected_bytes,
+            on_publish=self._publish_built,
+        )
+
+    def _publish_built(self, bundle: Path) -> Published:
+        """The writer's hook: upload a bundle built here; if another host won, use its bundle instead."""
+        raw = (bundle / MANIFEST_NAME).read_bytes()
+        manifest = parse_manifest(raw)
+        marker = self._pending_path(manifest.config_hash, manifest.toolchain_key)
+        from neuronc.fsutil import atomic_write_text
+
+        atomic_write_text(marker, hashlib.sha256(raw).hexdigest())
+        result = self.upload(bundle)  # a failure (or Ctrl-C) leaves the marker: the next compile resumes
+        marker.unlink(missing_ok=True)
+        return self._outcome(bundle, raw, result)
+
+    def _outcome(self, bundle: Path, raw: bytes, result: UploadResult) -> Published:
+        if result.status == "published" or result.winner is None or result.winner[1] == raw:
+            return Published(bundle, PublishStatus.PUBLISHED, result.url)
+        winner, winner_raw = result.winner
+        path = self.materialize(self.bundle_rel(winner), winner, winner_raw)
+        host = winner.host.hostname or "another host"
+        message = (
+            f"another publisher ({host}, {winner.created_at}) published {winner.config_hash[:12]} first; "
+            "using its bundle"
+        )
+        return Published(path, PublishStatus.EXISTS, result.url, message)
+
+    def _pending_path(self, config_hash: str, toolchain_key: str) -> Path:
+        return self.cache.root / PENDING_DIR / key_name(config_hash, toolchain_key)
+
+    def _clear_pending(self, config_hash: str, toolchain_key: str) -> None:
+        self._pending_path(config_hash, toolchain_key).unlink(missing_ok=True)
+
+    def _resume_pending(self, config_hash: str, toolchain_key: str) -> None:
+        """Finish an upload a killed compile left, if it is still this host's bundle and the store lacks the key."""
+        marker = self._pending_path(config_hash, toolchain_key)
+        try:
+            expected = marker.read_text(encoding="utf-8").strip()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return
+        local = self.cache.lookup(config_hash, toolchain_key)
+        ours = local is not None and hashlib.sha256((local / MANIFEST_NAME).read_bytes()).hexdigest() == expected
+        if local is not None and ours and self._locate(config_hash, toolchain_key) is None:
+            self.upload(local)
+        marker.unlink(missing_ok=True)
+
+    def ensure_writable(self) -> None:
+        """Check the store is reachable and writable: write and delete a small object (exit 5 if not)."""
+        self._require_container()
+        probe = self.io.path(f".neuronc/writable-{secrets.token_hex(8)}")
+        try:
+            self.io.call("writing a test object", "pipe_file", probe, b"neuronc: checking write access\n")
+        except RemoteStoreError as exc:
+            msg = f"{self.url.url}: the store is not writable ({exc.message.rsplit(': ', 1)[-1]})"
+            raise RemoteStoreError(msg, hint=self.url.access_hint()) from exc
+        self.io.call("removing a test object", "rm_file", probe)
+
+    def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
+        """Upload a complete local bundle (see ``upload``); ``status`` is ``exists`` if the key was stored."""
+        bundle = Path(bundle_dir)
+        result = self.upload(bundle, jobs=jobs)
+        status = PublishStatus.PUBLISHED if result.status == "published" else PublishStatus.EXISTS
+        return Published(bundle, status, result.url)
+
+    def upload(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> UploadResult:
+        """Verify a local bundle, upload the objects the store lacks, then the manifest last."""
+        from neuronc.bundle import verify_bundle
+
+        start = time.perf_counter()
+        bundle = Path(bundle_dir)
+        manifest = read_manifest(bundle)
+        verify_bundle(bundle, manifest=manifest, jobs=jobs).raise_for_problems()
+        raw = (bundle / MANIFEST_NAME).read_bytes()
+        if parse_manifest(raw).to_json_text() != manifest.to_json_text():
+            msg = f"{bundle}: manifest changed while publishing"
+            raise VerificationError(msg)
+        rel = self.bundle_rel(manifest)
+        result = UploadResult(f"{self.url.url}/{rel}", "published")
+        self.io.invalidate()
+        existing = self._complete(rel, manifest)
+        if existing is not None:
+            result.status, result.winner = "exists", existing
+            result.seconds = time.perf_counter() - start
+            return result
+        objects = {f.sha256: f for f in manifest.files}
+        sizes = self.object_sizes(sorted(objects))
+        upload = [
+            (bundle / objects[sha].path, objects[sha]) for sha in sorted(objects) if sizes[sha] != objects[sha].size
+        ]
+        result.objects_present = len(objects) - len(upload)
+        if self.url.scheme == "hf":
+            title = f"neuronc: publish {manifest.config_hash[:12]} ({manifest.backend}, {manifest.target})"
+            hf_commit(self.io, rel, upload, raw, title)
+        else:
+            upload_files(self.io, upload)
+            written = write_manifest(self.io, rel, raw)
+            result.conditional = written != "unsupported"
+            winner = self._complete(rel, manifest) if written == "exists" else None
+            if winner is not None:
+                result.status, result.winner = "exists", winner
+            elif written != "written":
+                # No conditional writes here (or the winner's bundle is broken): last writer wins.
+                overwrite_manifest(self.io, rel, raw)
+        result.objects_uploaded = len(upload)
+        result.bytes_uploaded = sum(entry.size for _, entry in upload)
+        result.seconds = time.perf_counter() - start
+        return result
+
+    def _complete(self, rel: str, manifest: Manifest) -> tuple[Manifest, bytes] | None:
+        """The stored manifest at ``rel`` if it has ``manifest``'s keys and all its objects."""
+        existing = self.read_remote_manifest(rel)
+        if existing is None:
+            return None
+        stored = existing[0]
+        same = (stored.config_hash, stored.toolchain_key) == (manifest.config_hash, manifest.toolchain_key)
+        return existing if same and not self.missing_objects(stored) else None
+
+    # -- listing and maintenance --------------------------------------------------------------
+    def list(self) -> builtins.list[StoreEntry]:
+        """Every bundle whose manifest parses, newest first (objects are checked by ``verify``)."""
+        labels = self._labels()
+
+        def listing(label: str) -> Callable[[], Any]:
+            return lambda: self.io.op("ls", self.io.path(label), detail=True, missing_ok=True)
+
+        listings = self.io.run_all("listing", [(0, listing(label)) for label in labels])
+        rels = [
+            f"{label}/{_basename(item['name'])}"
+            for label, items in zip(labels, listings, strict=True)
+            for item in items or []
+            if item.get("type") == "directory"
+        ]
+        entries = [
+            StoreEntry(f"{self.url.url}/{rel}", rel, read[0], read[0].total_bytes)
+            for rel, read in zip(rels, self.read_remote_manifests(rels), strict=True)
+            if read is not None
+        ]
+        entries.sort(key=lambda e: e.manifest.created_at, reverse=True)
+        return entries
+
+    def _discard(self, entry: StoreEntry) -> None:
+        """Delete the manifest: the bundle is gone at once (its objects go at the next gc)."""
+        self.io.call("removing a manifest", "rm_file", self.io.path(f"{entry.rel}/{MANIFEST_NAME}"))
+        self._clear_pending(entry.manifest.config_hash, entry.manifest.toolchain_key)
+
+    def verify(self, key: str, *, jobs: int | None = None) -> builtins.list[Verified]:
+        """Download and hash every object of the bundles ``key`` names (nothing is kept)."""
+        from neuronc.store._remote_fetch import verify_entry
+
+        return [verify_entry(self, entry) for entry in self.select(key, all_matches=True)]
+
+    def repair(self, key: str, *, source: str | os.PathLike[str] | None = None) -> builtins.list[Repair]:
+        """Verify; upload damaged objects again from verified local copies, or drop what cannot be mended."""
+        from neuronc.store._remote_fetch import repair_entry
+
+        return [repair_entry(self, checked, source) for checked in self.verify(key)]
+
+    def gc(self, *, grace_seconds: float = DEFAULT_GC_GRACE_SECONDS, now: float | None = None) -> GcReport:
+        """Remove objects no manifest names, once they are older than ``grace_seconds``."""
+        referenced = {f.sha256 for entry in self.list() for f in entry.manifest.files}
+        report = GcReport()
+        now = time.time() if now is None else now
+        found = self.io.call("collecting objects", "find", self.io.path(OBJECTS_DIR), detail=True, missing_ok=True)
+        doomed: builtins.list[tuple[str, int]] = []
+        for path, info in sorted((found or {}).items()):
+            if _basename(path) in referenced:
+                continue
+            modified = _mtime(info)
+            if modified is not None and now - modified < grace_seconds:
+                report.kept_young += 1
+                continue
+            doomed.append((path, int(info.get("size") or 0)))
+
+        def rm(path: str) -> Callable[[], Any]:
+            return lambda: self.io.op("rm_file", path)
+
+        self.io.run_all("removing objects", [(0, rm(path)) for path, _ in doomed])
+        report.removed += [Removed(path, size, "unreferenced object") for path, size in doomed]
+        return report
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _mtime(info: Mapping[str, Any]) -> float | None:
+    for key in ("LastModified", "last_modified", "mtime"):
+        value = info.get(key)
+        if isinstance(value, datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+        if isinstance(value, int | float):
+            return float(value)
+    return None
+
+
+__all__ = ["DEFAULT_GC_GRACE_SECONDS", "RemoteStore", "UploadResult"]

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Run the serving contract tests (tests/contract/serving/) against the serving stacks' own code, in one
+# virtual environment whose pins clash with ours:
+#   - torch 2.13.0 (CPU, from local disk) first, so nothing pulls a CUDA build;
+#   - optimum-neuron 0.4.5 (+ transformers 4.57.x), botocore, torch-model-archiver + torchserve 0.12.0,
+#     guidellm 0.8.1, pytest, and neuronc itself (--no-deps) with its own dependencies;
+#   - vLLM 0.11.0 and 0.13.0 each installed --no-deps into its own --target folder (a 440 MB wheel;
+#     only the modules its argument parser imports are installed beside it), put on PYTHONPATH
+#     for the vLLM passes only.
+# Passes: (1) everything but vLLM (no vLLM importable, as optimum-cli's parser is checked without it),
+# (2) vLLM's parser at 0.11.0, (3) at 0.13.0. The bundles are compiled once and shared by the passes.
+#
+#   tests/contract/run_serving_contract.sh          # venv in $SERVING_CONTRACT_VENV (default ~/.cache/neuronc/serving-contract-venv)
+#   VLLM_NEURON_SRC=/path/to/vllm-neuron tests/contract/run_serving_contract.sh   # also grep env names in the plugin source
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+venv="${SERVING_CONTRACT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/neuronc/serving-contract-venv}"
+python="${PYTHON:-python3}"
+VLLM_VERSIONS=(0.11.0 0.13.0)
+# What vLLM's argument parser imports (found by importing it with nothing else installed); pins as vLLM 0.13.0's.
+VLLM_PARSER_DEPS=(regex cachetools cbor2 cloudpickle psutil setproctitle pyzmq blake3 pillow "fastapi>=0.115"
+    "openai>=1.99.1" "openai-harmony>=0.0.3" pybase64 msgspec partial-json-parser "gguf>=0.17.0" py-cpuinfo
+    "prometheus_client>=0.18.0" "llguidance>=1.3.0,<1.4.0" "diskcache==5.6.3" "xgrammar==0.1.27"
+    "lm-format-enforcer==0.11.3" aiohttp requests)
+STACKS=("optimum-neuron==0.4.5" "transformers>=4.57,<4.58" botocore "torch-model-archiver==0.12.0"
+    "torchserve==0.12.0" "guidellm==0.8.1" "pytest>=8")
+NEURONC_DEPS=("typer>=0.29,<0.30" "rich>=13.7" "pyyaml>=6.0" "pydantic>=2.6,<3" "filelock>=3.13"
+    "huggingface_hub>=0.30" "safetensors>=0.4.3" "packaging>=23" "numpy>=1.26" "tokenizers>=0.20")
+
+step() { echo "== $1 ($(( SECONDS - t0 ))s so far)"; }
+t0=$SECONDS
+if [[ ! -x "$venv/bin/python" ]]; then
+    "$python" -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import torch, guidellm, ts, botocore, optimum.neuron" 2>/dev/null; then
+    step "install torch 2.13.0 (CPU) first"
+    "$venv/bin/pip" install --quiet "torch==2.13.0"
+    step "install the stacks and the vLLM parser's imports"
+    "$venv/bin/pip" install --quiet "${STACKS[@]}" "${VLLM_PARSER_DEPS[@]}" "${NEURONC_DEPS[@]}"
+fi
+for version in "${VLLM_VERSIONS[@]}"; do
+    if [[ ! -f "$venv/vllm-$version/vllm/version.py" ]]; then
+        step "install vllm $version (--no-deps) into $venv/vllm-$version"
+        "$venv/bin/pip" install --quiet --no-deps --target "$venv/vllm-$version" "vllm==$version"
+    fi
+done
+"$venv/bin/pip" install --quiet --no-deps -e "$repo"
+step "setup done"
+
+export NEURONC_SERVING_CONTRACT=1
+NEURONC_SERVING_BUNDLES="$(mktemp -d)"
+export NEURONC_SERVING_BUNDLES
+trap 'rm -rf "$NEURONC_SERVING_BUNDLES"' EXIT
+cd "$repo"
+run_pytest() { "$venv/bin/python" -m pytest -p no:cacheprovider -q "$@"; }
+step "pass 1: optimum-neuron, botocore, torch-model-archiver + torchserve, guidellm"
+run_pytest tests/contract/serving --ignore=tests/contract/serving/test_vllm_parser.py
+for version in "${VLLM_VERSIONS[@]}"; do
+    step "pass: vLLM $version's argument parser"
+    PYTHONPATH="$venv/vllm-$version${PYTHONPATH:+:$PYTHONPATH}" run_pytest tests/contract/serving/test_vllm_parser.py
+done
+step "all passes done"

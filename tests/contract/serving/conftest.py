@@ -1,0 +1,43 @@
+"""Contract tests of the deploy targets against the serving stacks' own code (tests/contract/run_serving_contract.sh).
+
+They run only where that script sets ``NEURONC_SERVING_CONTRACT=1`` (its own virtual environment
+holds the stacks, whose pins clash with ours); elsewhere they are skipped. The bundles are the
+shipped Neuron profiles compiled through the SDK doubles (tests/_serving.py), once per run
+directory (``NEURONC_SERVING_BUNDLES``) and reused by the script's later pytest runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _serving import compile_shipped
+
+ENABLED = os.environ.get("NEURONC_SERVING_CONTRACT") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if ENABLED:
+        return
+    skip = pytest.mark.skip(reason="serving contract: run tests/contract/run_serving_contract.sh")
+    for item in items:
+        if "contract/serving" in str(item.fspath):
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """Shipped profile stem -> bundle; compiled once per NEURONC_SERVING_BUNDLES directory."""
+    root = os.environ.get("NEURONC_SERVING_BUNDLES")
+    workdir = Path(root) if root else tmp_path_factory.mktemp("serving-bundles")
+    index = workdir / "bundles.json"
+    if index.is_file():
+        yield {name: Path(path) for name, path in json.loads(index.read_text()).items()}
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    bundles = compile_shipped(workdir)
+    index.write_text(json.dumps({name: str(path) for name, path in bundles.items()}))
+    yield bundles

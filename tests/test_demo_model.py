@@ -1,0 +1,120 @@
+"""The demo model: the shipped files, their regeneration by scripts/train_demo_model.py, and its English.
+
+The slow tests compile the model (the session's `demo` fixture, shared with test_compile_e2e.py;
+first, so that its compile workers' peak memory is measured before the trainer's) and retrain it
+(a couple of minutes of one core).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from _demo import Demo
+
+from neuronc.demo import MODEL_FILES, model_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+TRAINER = ROOT / "scripts" / "train_demo_model.py"
+CORPUS_README = ROOT / "scripts" / "demo-corpus" / "README.md"
+MODEL = model_dir()
+PROMPT = "The quick brown fox"
+
+
+def _trainer() -> ModuleType:
+    """scripts/train_demo_model.py as a module (importing it runs nothing and sets nothing)."""
+    spec = importlib.util.spec_from_file_location("train_demo_model", TRAINER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _english(text: str, vocabulary: set[str]) -> tuple[int, float]:
+    """(number of words, share of them that are words of the corpus)."""
+    words = re.findall(r"[A-Za-z]+", text)
+    return len(words), sum(w.lower() in vocabulary for w in words) / max(len(words), 1)
+
+
+def test_shipped_model_is_complete_and_small() -> None:
+    assert MODEL == ROOT / "neuronc" / "data" / "profiles" / "models" / "tiny-llama"
+    assert sorted(p.name for p in MODEL.iterdir()) == sorted(MODEL_FILES)
+    total = sum((MODEL / name).stat().st_size for name in MODEL_FILES)
+    assert total < 1.5 * 2**20, total
+    config = json.loads((MODEL / "config.json").read_text())
+    tokenizer = json.loads((MODEL / "tokenizer.json").read_text())
+    assert len(tokenizer["model"]["vocab"]) == config["vocab_size"]
+    assert config["num_attention_heads"] * config["head_dim"] == config["hidden_size"]
+
+
+def test_corpus_is_the_one_its_readme_names() -> None:
+    corpus = _trainer().CORPUS
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert digest in CORPUS_README.read_text(encoding="utf-8")
+
+
+def test_tokenizer_and_configs_regenerate_byte_identically() -> None:
+    pytest.importorskip("tokenizers")
+    trainer = _trainer()
+    files = trainer.text_files(trainer.train_tokenizer(trainer.corpus_paragraphs()))
+    assert sorted([*files, "model.safetensors"]) == sorted(MODEL_FILES)
+    for name, data in files.items():
+        assert (MODEL / name).read_bytes() == data, name
+
+
+def test_demo_defaults_to_the_package_data_from_any_directory(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronc.demo", "--help"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    # argparse wraps long help lines, at hyphens too: compare without any whitespace.
+    assert "".join(f"(default {MODEL})".split()) in "".join(proc.stdout.split())
+
+
+@pytest.mark.slow
+def test_quickstart_writes_english_and_the_untrained_model_does_not(demo: Demo, tmp_path: Path) -> None:
+    from neuronc.backends._inductor_runtime import eager_runner
+
+    trainer = _trainer()
+    vocabulary = trainer.corpus_words()
+    ran = demo.run_json(PROMPT)
+    count, english = _english(ran["text"], vocabulary)
+    assert ran["generated_tokens"] == 32 and count >= 16, ran["text"]
+    assert english >= 0.8, ran["text"]
+
+    # The same model before training (same seed, same tokenizer): gibberish.
+    untrained = tmp_path / "untrained"
+    subprocess.run(
+        [sys.executable, str(TRAINER), "--out", str(untrained), "--steps", "0"],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    assert (untrained / "tokenizer.json").read_bytes() == (MODEL / "tokenizer.json").read_bytes()
+    runner = eager_runner(untrained, context_buckets=(32, 64), max_length=128)
+    baseline = runner.generate(PROMPT, max_new_tokens=32)
+    _, baseline_english = _english(baseline.text, vocabulary)
+    assert baseline.tokens != ran["tokens"]
+    assert baseline_english <= 0.5 and english - baseline_english >= 0.4, (baseline.text, ran["text"])
+
+
+@pytest.mark.slow
+def test_demo_check_retrains_byte_identically_from_another_directory(tmp_path: Path) -> None:
+    """`python -m neuronc.demo --check` run outside the checkout: the shipped files are what training gives."""
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronc.demo", "--check"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{MODEL}: up to date" in proc.stderr

@@ -1,0 +1,116 @@
+"""On an inf2/trn1 host: compile, deploy, start the server from the emitted files, get one completion.
+
+Marked ``neuron``: skipped unless a Neuron device is present and the serving stack's command is
+installed (``vllm`` with the vllm-neuron plugin, ``optimum-cli`` with optimum-neuron[vllm],
+``torchserve`` + ``torch-model-archiver`` with transformers-neuronx). The model is
+``NEURONC_SERVING_MODEL`` (default TinyLlama/TinyLlama-1.1B-Chat-v1.0, from the Hub), compiled at
+tp 2, batch 2, 1024 tokens. Not run yet: no Neuron hardware was available while writing them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _serving import VLLM_READY_OPTIONS
+from typer.testing import CliRunner
+
+from neuronc._output import out
+from neuronc.backends._neuron_env import neuron_device_present
+from neuronc.cli import app
+
+pytestmark = [
+    pytest.mark.neuron,
+    pytest.mark.skipif(not neuron_device_present(), reason="no Neuron device (/dev/neuron0 or /proc/devices)"),
+]
+MODEL = os.environ.get("NEURONC_SERVING_MODEL", "TinyLlama/TinyLlama-1.1B-Chat-v1.0")
+PORT = 18080
+START_TIMEOUT_S = 1800
+
+CASES = {
+    "nxdi": ("vllm", ["vllm"], {"options": VLLM_READY_OPTIONS}),
+    "optimum-neuron": ("vllm", ["optimum-cli"], {}),
+    "transformers-neuronx": ("torchserve", ["torchserve", "torch-model-archiver"], {}),
+}
+
+
+def _compile(tmp_path: Path, backend: str, extra: dict[str, Any]) -> Path:
+    buckets = {} if backend == "optimum-neuron" else {"context_buckets": [256, 512], "token_buckets": [1024]}
+    profile = {
+        "model": {"id": MODEL},
+        "backend": backend,
+        "target": "inf2",
+        "tp_degree": 2,
+        "batch_size": 2,
+        "amp": "bf16",
+        "sequence": {"max_length": 1024, **buckets},
+        "weights": "presharded",
+        **extra,
+    }
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    out.reset()
+    result = CliRunner().invoke(app, ["compile", str(path), "--json", "--store", str(tmp_path / "store")])
+    assert result.exit_code == 0, result.output
+    return Path(json.loads(result.stdout)["builds"][0]["bundle"])
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as response:
+        data = json.loads(response.read())
+        assert isinstance(data, dict)
+        return data
+
+
+def _wait(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the server exited while starting"
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(5)
+    raise AssertionError(f"{url} did not answer within {START_TIMEOUT_S}s")
+
+
+@pytest.mark.parametrize("backend", sorted(CASES))
+def test_compile_deploy_serve_one_completion(backend: str, tmp_path: Path) -> None:
+    stack, commands, extra = CASES[backend]
+    missing = [c for c in commands if shutil.which(c) is None]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed")
+    bundle = _compile(tmp_path, backend, extra)
+    deploy = tmp_path / "deploy"
+    out.reset()
+    result = CliRunner().invoke(app, ["deploy", str(bundle), "--for", stack, "--out", str(deploy), "--port", str(PORT)])
+    assert result.exit_code == 0, result.output
+    if stack == "torchserve":
+        subprocess.run(["sh", str(deploy / "archive.sh")], check=True)
+        name = next(p.name for p in (deploy / "model_store").iterdir() if p.is_dir())
+        argv = ["torchserve", "--start", "--foreground", "--ncs", "--disable-token-auth", "--model-store",
+                str(deploy / "model_store"), "--models", name]  # fmt: skip
+        # TorchServe's inference API stays on its default port (config.properties), 8080.
+        health, url, body = "http://localhost:8080/ping", f"http://localhost:8080/predictions/{name}", {}
+    else:
+        argv = ["sh", str(deploy / "serve.sh")]
+        health, url = f"http://localhost:{PORT}/v1/models", f"http://localhost:{PORT}/v1/completions"
+        body = {"model": MODEL}
+    process = subprocess.Popen(argv, start_new_session=True)
+    try:
+        _wait(health, process)
+        answer = _post(url, {**body, "prompt": "The capital of France is", "max_tokens": 8})
+        assert answer["choices"][0]["text"], answer
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=120)

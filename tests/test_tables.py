@@ -1,0 +1,149 @@
+"""Tables at 80 and 120 columns: readable, and no cell ever broken inside a word.
+
+``out.table`` is checked directly (hypothesis draws cells of words, paths and hashes) and through
+the commands that print tables, rendered as a terminal of that width would show them (COLUMNS).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from neuronc._output import out, plan_table
+from neuronc.cli import app
+
+REPO = Path(__file__).resolve().parent.parent
+WIDTHS = (80, 120)
+
+
+def unbroken(text: str, words: Iterable[str], width: int) -> list[str]:
+    """Words (that fit a line at all) that do not appear whole on some line of ``text``."""
+    lines = text.splitlines()
+    return [w for w in words if w and len(w) <= width - 4 and not any(w in line for line in lines)]
+
+
+def words_of(cells: Iterable[str]) -> set[str]:
+    return {w for cell in cells for w in cell.split()}
+
+
+def render(columns: list[str], rows: list[list[str]], width: int, monkeypatch: pytest.MonkeyPatch, **kw: object) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+
+    buffer = StringIO()
+    monkeypatch.setattr(out, "_stdout", Console(file=buffer, width=width, highlight=False))
+    out.table(columns, rows, **kw)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
+token = st.one_of(
+    st.sampled_from(["profiles/llama3.1-8b-instruct-nxdi-inf2.yaml", "meta-llama/Meta-Llama-3.1-8B", "16.0 GiB"]),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_./", min_size=1, max_size=40),
+)
+cell = st.lists(token, min_size=0, max_size=4).map(" ".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    columns=st.lists(
+        st.sampled_from(["build", "status", "config hash", "model", "backend · target", "size"]),
+        min_size=1,
+        max_size=6,
+        unique=True,
+    ),
+    data=st.data(),
+)
+def test_no_cell_is_broken_inside_a_word(columns: list[str], data: st.DataObject) -> None:
+    rows = data.draw(st.lists(st.lists(cell, min_size=len(columns), max_size=len(columns)), max_size=5))
+    for width in WIDTHS:
+        with pytest.MonkeyPatch.context() as mp:
+            text = render(columns, rows, width, mp, optional=columns[2:])
+        layout = plan_table(columns, rows, width, optional=columns[2:])
+        # Dropped optional columns are not shown; stacked rows show every column, headed by the
+        # first cell without the first column's name.
+        shown = range(len(columns)) if layout is None else layout[0]
+        if layout is None:
+            names = [columns[i] for row in rows for i in shown if i > 0 and row[i]]
+        else:
+            names = [columns[i] for i in shown]
+        assert not unbroken(text, words_of([*(row[i] for row in rows for i in shown), *names]), width), text
+        assert all(len(line) <= width for line in text.splitlines()), text
+
+
+def test_full_table_when_it_fits_fewer_columns_then_stacked(monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = ["build", "status", "config", "host compile"]
+    rows = [["profiles/tiny-llama-cpu.yaml", "hit", "6bc7a660f6f4", "2.0 GiB"]]
+    assert plan_table(columns, rows, 120) == ([0, 1, 2, 3], [28, 6, 12, 12])
+    # Too narrow for every column: the optional one goes first.
+    assert plan_table(columns, rows, 55, optional=["host compile"]) == ([0, 1, 2], [28, 6, 12])
+    # Too narrow even then: rows are printed stacked, nothing is cut.
+    assert plan_table(columns, rows, 30, optional=["host compile"]) is None
+    text = render(columns, rows, 30, monkeypatch, optional=["host compile"])
+    assert "profiles/tiny-llama-cpu.yaml" in text and "  config: 6bc7a660f6f4" in text
+    # --wide: the full table whatever the terminal.
+    monkeypatch.setattr(out, "wide", True)
+    assert plan_table(columns, rows, 30, wide=True) == ([0, 1, 2, 3], [28, 6, 12, 12])
+
+
+# -- the commands that print tables ----------------------------------------------------------------
+
+
+def invoke(runner: CliRunner, args: list[str], width: int) -> str:
+    out.reset()
+    result = runner.invoke(app, args, env={"COLUMNS": str(width)})
+    assert result.exit_code in (0, 2, 6), result.output
+    return result.stdout
+
+
+def json_values(data: object) -> Iterable[str]:
+    """Every scalar in a JSON document, as text (what a table might show)."""
+    if isinstance(data, dict):
+        for value in data.values():
+            yield from json_values(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from json_values(value)
+    elif data is not None:
+        yield str(data)
+
+
+def check_command(runner: CliRunner, args: list[str], expected: Iterable[str]) -> None:
+    wanted = [w for w in words_of(expected) if re.fullmatch(r"[\w./:@-]+", w)]
+    for width in WIDTHS:
+        text = invoke(runner, args, width)
+        assert all(len(line) <= width for line in text.splitlines()), text
+        missing = unbroken(text, wanted, width)
+        assert not missing, f"at {width} columns, broken or missing: {missing}\n{text}"
+
+
+SHIPPED = sorted((REPO / "profiles").glob("*.yaml"))
+
+
+def test_validate_tables(runner: CliRunner) -> None:
+    for profile in SHIPPED:
+        data = json.loads(invoke(runner, ["validate", str(profile), "--json"], 200))
+        graphs = [g["name"] for p in data["profiles"] for b in p["builds"] for g in b["plan"]["graphs"]]
+        check_command(runner, ["validate", str(profile)], [str(profile), *graphs])
+
+
+def test_plan_table(runner: CliRunner, tmp_path: Path) -> None:
+    args = ["plan", *map(str, SHIPPED), "--store", str(tmp_path / "store")]
+    data = json.loads(invoke(runner, [*args, "--json"], 200))
+    expected = [b["name"] or b["model"] for b in data["builds"]] + [b["key"] for b in data["builds"]]
+    check_command(runner, args, expected)
+
+
+def test_hash_and_backends_tables(runner: CliRunner) -> None:
+    data = json.loads(invoke(runner, ["hash", *map(str, SHIPPED), "--json"], 200))
+    check_command(runner, ["hash", *map(str, SHIPPED)], [h["config_hash"] for h in data["hashes"]])
+    data = json.loads(invoke(runner, ["backends", "--json"], 200))
+    names = [b["name"] for b in data["backends"]]
+    check_command(runner, ["backends"], names)
