@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from neuronc._output import out
-from neuronc.backends import backend_names, entry_point_value, get_backend
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, WideOpt
 
@@ -11,6 +10,8 @@ from neuronc.cli._options import JsonOpt, WideOpt
 @command(name="backends")
 def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """List backends: available or not, versions, and the install hint when not."""
+    from neuronc.backends import backend_names, entry_point_value, get_backend
+
     out.configure(json_mode=json_out, wide=wide)
     rows = []
     for name in backend_names():

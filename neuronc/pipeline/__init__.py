@@ -14,9 +14,9 @@ loop over builds), ``report`` (typed results and the JSON report), ``timing`` (s
 ``nearest`` (the nearest bundle on a miss), ``out`` (``--out`` copies).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from neuronc.pipeline.context import BuildContext, resolve_build
-from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
-from neuronc.pipeline.out import bundle_dirname, copy_bundle
 from neuronc.pipeline.report import (
     BuildReport,
     BuildStatus,
@@ -26,7 +26,30 @@ from neuronc.pipeline.report import (
     run_report,
 )
 from neuronc.pipeline.run import build_one, check_backends, compile_profiles, open_store, select_builds
-from neuronc.pipeline.stages import failed_logs_root
+
+if TYPE_CHECKING:
+    from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
+    from neuronc.pipeline.out import bundle_dirname, copy_bundle
+    from neuronc.pipeline.stages import failed_logs_root
+
+# What only a miss or --out needs is imported when first asked for: a store hit never loads it.
+_LAZY = {
+    "nearest_bundle": "neuronc.pipeline.nearest",
+    "nearest_lines": "neuronc.pipeline.nearest",
+    "bundle_dirname": "neuronc.pipeline.out",
+    "copy_bundle": "neuronc.pipeline.out",
+    "failed_logs_root": "neuronc.pipeline.stages",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'neuronc.pipeline' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "BuildContext",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from neuronc.errors import (
@@ -194,6 +195,16 @@ class BuildReport:
         """Raise the error that failed this build, as it was raised (for Python callers who prefer exceptions)."""
         if self.error is not None:
             raise self.error
+
+
+def record_hit(report: BuildReport, bundle: Path) -> None:
+    """A store hit: the report names the bundle and its graphs (read from its manifest)."""
+    from neuronc.bundle import read_manifest
+
+    report.status = BuildStatus.HIT
+    report.exit_code = EXIT_OK
+    report.bundle = str(bundle)
+    report.graphs = [dict(g) for g in read_manifest(bundle).graphs]
 
 
 def overall_exit_code(reports: Iterable[BuildReport]) -> int:

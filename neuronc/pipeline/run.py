@@ -10,10 +10,7 @@ from pathlib import Path
 from neuronc.backends.base import Availability
 from neuronc.errors import EXIT_ENVIRONMENT, BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
 from neuronc.pipeline.context import BuildContext, resolve_build
-from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
-from neuronc.pipeline.out import bundle_dirname, copy_bundle
-from neuronc.pipeline.report import BuildReport, BuildStatus
-from neuronc.pipeline.stages import compile_into_store, preflight, record_hit
+from neuronc.pipeline.report import BuildReport, BuildStatus, record_hit
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import default_jobs
@@ -215,6 +212,10 @@ def _build(
     clock: StageClock,
 ) -> None:
     """A miss: say what is nearest, check the build fits, then compile it once under the key's lock."""
+    # What a miss needs (the nearest bundle, the stages that compile) loads only on a miss.
+    from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
+    from neuronc.pipeline.stages import compile_into_store, preflight
+
     report.nearest = nearest_bundle(store, ctx)
     if require_hit:
         msg = f"{ctx.label}: no bundle for config {ctx.config.short} with toolchain {ctx.toolchain_label} in the store"
@@ -242,6 +243,8 @@ def _build(
 def _place_out(report: BuildReport, out_dir: Path | None, subdir: bool, clock: StageClock) -> None:
     if out_dir is None or report.bundle is None:
         return
+    from neuronc.pipeline.out import bundle_dirname, copy_bundle
+
     dest = out_dir / bundle_dirname(report) if subdir else out_dir
     with clock.stage("out", f"copy bundle to {dest}", quiet=True):
         copy_bundle(Path(report.bundle), dest)

@@ -16,22 +16,12 @@ from neuronc.bundle import BundleWriter
 from neuronc.errors import EXIT_OK, CompileError, NeuroncError, log_tail
 from neuronc.fsutil import plural
 from neuronc.pipeline.context import BuildContext
-from neuronc.pipeline.report import BuildReport, BuildStatus
+from neuronc.pipeline.report import BuildReport, BuildStatus, record_hit
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import ProgressSink
 from neuronc.store import BundleStore
 
 _LOG_TAIL_LINES = 20
-
-
-def record_hit(report: BuildReport, bundle: Path) -> None:
-    """A store hit: the report names the bundle and its graphs (read from its manifest)."""
-    from neuronc.bundle import read_manifest
-
-    report.status = BuildStatus.HIT
-    report.exit_code = EXIT_OK
-    report.bundle = str(bundle)
-    report.graphs = [dict(g) for g in read_manifest(bundle).graphs]
 
 
 def preflight(ctx: BuildContext, jobs: int, log: Callable[[str], None]) -> None:
