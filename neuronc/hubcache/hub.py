@@ -40,11 +40,12 @@ from neuronc.hubcache.registry import (
     SourceKind,
     select_paths,
 )
-from neuronc.hubcache.sources import hub_endpoint, hub_offline, local_model_config, resolve_cache_repo
+from neuronc.hubcache.sources import hub_endpoint, local_model_config, resolve_cache_repo
 from neuronc.hubcache.table import EntryTable, FileRecord, read_record
 from neuronc.jsonfile import InvalidJsonError, read_json
 from neuronc.locations import user_cache_dir
 from neuronc.model.files import local_model_dir, read_model_config
+from neuronc.model.hfcache import hub_offline
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:

@@ -9,20 +9,18 @@ offline or not, and the model's config.json from this machine.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from neuronc.hubcache.registry import Query, Registry, SourceInfo
 from neuronc.model.files import local_model_dir, read_model_config
+from neuronc.model.hfcache import cached_snapshot, hf_home
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 DEFAULT_CACHE_REPO = "aws-neuron/optimum-neuron-cache"
 DEFAULT_ENDPOINT = "https://huggingface.co"
 CUSTOM_CACHE_FILE = "optimum_neuron_custom_cache"
-_TRUE = {"1", "on", "yes", "true"}
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 class RegistrySource(Protocol):
@@ -33,16 +31,6 @@ class RegistrySource(Protocol):
     def load(self, query: Query, progress: ProgressSink = NULL_PROGRESS) -> Registry: ...
 
     def model_config(self, model_id: str, revision: str | None) -> tuple[dict[str, Any] | None, str]: ...
-
-
-def hf_home(environ: Mapping[str, str] | None = None) -> Path:
-    """``$HF_HOME``, else ``$XDG_CACHE_HOME/huggingface``, else ``~/.cache/huggingface``."""
-    env = os.environ if environ is None else environ
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser()
-    if env.get("XDG_CACHE_HOME"):
-        return Path(env["XDG_CACHE_HOME"]).expanduser() / "huggingface"
-    return Path.home() / ".cache" / "huggingface"
 
 
 def resolve_cache_repo(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -66,42 +54,9 @@ def resolve_cache_repo(explicit: str | None = None, environ: Mapping[str, str] |
     return DEFAULT_CACHE_REPO, "default"
 
 
-def hub_offline(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set to 1/ON/YES/TRUE."""
-    env = os.environ if environ is None else environ
-    value = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().lower() in _TRUE
-
-
 def hub_endpoint(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     return (env.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-
-
-def hf_cached_dir(repo_id: str, revision: str | None = None) -> Path | None:
-    """A model repo's snapshot folder in the local Hugging Face cache, without importing huggingface_hub.
-
-    The lookup ``huggingface_hub.try_to_load_from_cache`` does (``refs/<revision>`` names the
-    commit, ``snapshots/<commit>/`` holds the files), written out because importing
-    huggingface_hub costs a snapshot lookup about 0.2 s that it otherwise never needs.
-    """
-    env = os.environ
-    hub_cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
-    root = Path(hub_cache).expanduser() if hub_cache else hf_home() / "hub"
-    repo_dir = root / f"models--{repo_id.replace('/', '--')}"
-    rev = revision or "main"
-    if _COMMIT.fullmatch(rev):
-        commit = rev
-    else:
-        try:
-            with open(repo_dir / "refs" / rev, "rb") as f:
-                commit = f.read(64).decode("ascii", "replace").strip()
-        except OSError:
-            return None
-        if not _COMMIT.fullmatch(commit):
-            return None
-    folder = repo_dir / "snapshots" / commit
-    return folder if (folder / "config.json").exists() else None
 
 
 def local_model_config(
@@ -118,7 +73,7 @@ def local_model_config(
         where = f"{directory}/config.json"
         return config, where if config is not None else f"no config.json in {directory}"
     if "/" in model_id and not model_id.startswith((".", "/", "~")) and ".." not in model_id:
-        cached = hf_cached_dir(model_id, revision)
+        cached = cached_snapshot(model_id, revision)
         if cached is not None:
             return read_model_config(cached), "local Hugging Face cache"
     return None, "no config.json in a local directory or the local Hugging Face cache"

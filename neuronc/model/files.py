@@ -105,15 +105,11 @@ def find_model_config(model_id: str, revision: str | None, base_dir: Path | None
 
 
 def _hf_cache_dir(model_id: str, revision: str | None) -> Path | None:
+    from neuronc.model.hfcache import cached_snapshot
+
     if "/" not in model_id or model_id.startswith((".", "/")):
         return None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model_id, CONFIG_NAME, revision=revision)
-    except ValueError:  # huggingface_hub's HFValidationError: an invalid repo id is simply "not cached"
-        return None
-    return Path(cached).parent if isinstance(cached, str) else None
+    return cached_snapshot(model_id, revision)
 
 
 __all__ = [

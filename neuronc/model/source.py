@@ -22,38 +22,13 @@ from neuronc.errors import (
 )
 from neuronc.fsutil import disk_full_error
 from neuronc.model.files import local_model_dir
+from neuronc.model.hfcache import COMMIT_RE, cached_commit, hub_cache_dir, hub_offline
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
 # What a hub download fetches: safetensors weights, configs and tokenizers (no .bin/.pt/.onnx copies).
 _HUB_PATTERNS = ["*.safetensors", "*.safetensors.index.json", "*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-
-
-def _hub_cache_dir() -> Path:
-    env = os.environ
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HUGGINGFACE_HUB_CACHE"):
-        return Path(env["HUGGINGFACE_HUB_CACHE"]).expanduser()
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    base = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "huggingface" / "hub"
-
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _cached_commit(repo_id: str, revision: str) -> str | None:
-    ref = _hub_cache_dir() / f"models--{repo_id.replace('/', '--')}" / "refs" / revision
-    try:
-        commit = ref.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return commit if _COMMIT_RE.match(commit) else None
 
 
 def resolve_revision(model_id: str, revision: str | None) -> str:
@@ -64,13 +39,13 @@ def resolve_revision(model_id: str, revision: str | None) -> str:
     next month are different builds when the model changed.
     """
     revision = revision or "main"
-    if _COMMIT_RE.match(revision):
+    if COMMIT_RE.fullmatch(revision):
         return revision
-    if not _hub_offline():
+    if not hub_offline():
         sha = _hub_commit(model_id, revision)
         if sha is not None:
             return sha
-    cached = _cached_commit(model_id, revision)
+    cached = cached_commit(model_id, revision)
     if cached is not None:
         return cached
     msg = f"cannot resolve '{model_id}@{revision}': offline and not in the Hugging Face cache"
@@ -95,7 +70,7 @@ def _hub_commit(model_id: str, revision: str) -> str | None:
             return None  # the hub is unreachable: fall back to what the local cache knows
         raise
     sha = getattr(info, "sha", None)
-    return sha if isinstance(sha, str) and _COMMIT_RE.match(sha) else None
+    return sha if isinstance(sha, str) and COMMIT_RE.fullmatch(sha) else None
 
 
 _HUB_HINT = (
@@ -157,12 +132,12 @@ def _download(repo_id: str, revision: str | None, *, hint: str = _HUB_HINT) -> P
             repo_id,
             revision=revision,
             allow_patterns=_HUB_PATTERNS,
-            cache_dir=str(_hub_cache_dir()),
-            local_files_only=_hub_offline(),
+            cache_dir=str(hub_cache_dir()),
+            local_files_only=hub_offline(),
         )
     except Exception as exc:
         if is_disk_full(exc):
-            raise disk_full_error(_hub_cache_dir(), None, exc) from None
+            raise disk_full_error(hub_cache_dir(), None, exc) from None
         if not (is_client_library_error(exc) or is_network_error(exc) or isinstance(exc, OSError)):
             raise
         msg = f"cannot download '{repo_id}@{revision or 'main'}': {short_reason(exc)}"
