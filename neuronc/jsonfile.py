@@ -10,6 +10,7 @@ The ``expect_*`` helpers then check fields one by one with the same kind of mess
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -39,6 +40,15 @@ def _parse_int(text: str) -> int:
         msg = f"integer with {len(text.lstrip('-'))} digits"
         raise ValueError(msg)
     return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        msg = f"number {shown} is out of range"
+        raise ValueError(msg)
+    return value
 
 
 def _parse_constant(name: str) -> float:
@@ -102,6 +112,9 @@ def parse_json(
     kwargs: dict[str, Any] = {"parse_int": _parse_int} if _LONG_RUN in encoded.translate(_DIGITS_ONLY) else {}
     if not allow_nan:
         kwargs["parse_constant"] = _parse_constant
+        # 1e999 parses to inf without any constant: only a number with an exponent can.
+        if b"e" in encoded or b"E" in encoded:
+            kwargs["parse_float"] = _finite_float
     if unique_keys:
         kwargs["object_pairs_hook"] = _unique_keys
     try:

@@ -152,10 +152,10 @@ MANIFEST_CASES: dict[str, tuple[Mutation, str]] = {
         lambda b, o: _raw(b, (b / "manifest.json").read_text().replace('"batch": 1', '"batch": ' + "9" * 5000, 1)),
         "not valid JSON",
     ),
-    "deep extra": (_deep_extra, "nested deeper than 64 levels"),
+    "deep extra": (_deep_extra, "nested more than 66 levels deep"),
     "deep nesting": (
         _deep_nesting,
-        "nested too deeply",
+        "nested more than 66 levels deep",
     ),
     "absurd shard count": (
         lambda b, o: _edit(b, lambda d: d.update(shards=[d["shards"][0]] * (MAX_SHARDS + 1))),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from neuronc.errors import BundleFormatError
 from neuronc.errors import safe_text as safe_text  # re-exported: moved to errors, bundle modules import it here
+from neuronc.jsonfile import InvalidJsonError, depth_of, parse_json
 
 # -- versions ---------------------------------------------------------------------------------
 # MAJOR.MINOR. A minor bump only adds optional fields (older readers ignore them); a major bump is
@@ -340,29 +340,6 @@ def semantic_problems(manifest: Manifest) -> list[str]:
 # -- parsing --------------------------------------------------------------------------------------
 
 
-def _no_constants(name: str) -> Any:
-    msg = f"{name} is not valid JSON"
-    raise ValueError(msg)
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            msg = f"duplicate key {safe_text(key, 60)!r}"
-            raise ValueError(msg)
-        result[key] = value
-    return result
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        msg = f"number {safe_text(text, 40)} is out of range"
-        raise ValueError(msg)
-    return value
-
-
 # Upgrades from an older major version to the next one: {old_major: function(dict) -> dict}.
 # Schema 1 is the first released format, so nothing needs upgrading yet; the reader runs this
 # chain so that when schema 2 lands, version-1 manifests keep reading.
@@ -388,21 +365,12 @@ def parse_manifest(raw: bytes, *, where: str = MANIFEST_NAME) -> Manifest:
         msg = f"{where}: manifest is larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB"
         raise BundleFormatError(msg)
     try:
-        text = raw.decode("utf-8")
-        data = json.loads(
-            text,
-            parse_constant=_no_constants,
-            parse_float=_finite_float,
-            object_pairs_hook=_no_duplicate_keys,
-        )
-    except UnicodeDecodeError:
-        raise BundleFormatError(f"{where}: not UTF-8 text") from None
-    except RecursionError:
-        raise BundleFormatError(f"{where}: JSON nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError is a ValueError, and so are our hooks
-        raise BundleFormatError(f"{where}: not valid JSON: {safe_text(exc, 200)}") from None
-    if not isinstance(data, dict):
-        raise BundleFormatError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        value = parse_json(raw, where=where, max_bytes=MAX_MANIFEST_BYTES, max_depth=MAX_DEPTH + 2, unique_keys=True)
+    except InvalidJsonError as exc:
+        raise BundleFormatError(exc.message) from None
+    if not isinstance(value, dict):
+        raise BundleFormatError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    data: dict[str, Any] = value
     major, minor = _version_of(data, where)
     if major > SCHEMA_MAJOR:
         msg = f"{where}: manifest schema {major}.{minor} is newer than this neuronc reads ({SCHEMA_VERSION})"
@@ -416,21 +384,9 @@ def parse_manifest(raw: bytes, *, where: str = MANIFEST_NAME) -> Manifest:
         major, minor = _version_of(data, where)
     data["schema_version"] = f"{major}.{minor}"
     for name in ("profile", "hashed_inputs", "extra"):
-        if _too_deep(data.get(name), MAX_DEPTH):
+        if depth_of(data.get(name), MAX_DEPTH) > MAX_DEPTH:
             raise BundleFormatError(f"{where}: {name} nested deeper than {MAX_DEPTH} levels")
     return _validate(data, where)
-
-
-def _too_deep(value: Any, limit: int) -> bool:
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth > limit:
-                return True
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def _validate(data: dict[str, Any], where: str) -> Manifest:

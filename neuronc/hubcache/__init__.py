@@ -21,8 +21,9 @@ See docs/cache-lookup.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from neuronc._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from neuronc.hubcache.arch import ArchCheck, arch_key, compare_arch
@@ -101,13 +102,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'neuronc.hubcache' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"neuronc.hubcache.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, {name: f"neuronc.hubcache.{module}" for name, module in _WHERE.items()})
 
 
 __all__ = [

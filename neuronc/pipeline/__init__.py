@@ -14,8 +14,9 @@ loop over builds), ``report`` (typed results and the JSON report), ``timing`` (s
 ``nearest`` (the nearest bundle on a miss), ``out`` (``--out`` copies).
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from neuronc._lazy import lazy_attributes
 from neuronc.pipeline.context import BuildContext, resolve_build
 from neuronc.pipeline.report import (
     BuildReport,
@@ -42,13 +43,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'neuronc.pipeline' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -9,8 +9,9 @@ imports neither fsspec nor a cloud client: a remote store loads them on its firs
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from neuronc._lazy import lazy_attributes
 from neuronc.bundle._publish import Published, PublishHook, PublishStatus
 from neuronc.errors import InvalidInputError
 from neuronc.store._api import HASH_PREFIX, BundleStore, Nearest
@@ -51,13 +52,7 @@ _REMOTE_NAMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _REMOTE_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'neuronc.store' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _REMOTE_NAMES)
 
 
 def open_store(
