@@ -14,7 +14,7 @@ from neuronc.errors import BackendUnavailableError, BundleFormatError
 
 
 def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
-    """The backend that built a bundle: from manifest.json, else from its artifacts."""
+    """The backend that built a bundle, from its manifest (a directory without one is not a bundle)."""
     root = Path(bundle_dir)
     if not root.is_dir():
         raise BundleFormatError(f"{root}: no such bundle directory")
@@ -22,10 +22,6 @@ def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
         from neuronc.bundle import read_manifest
 
         return str(read_manifest(root).backend)
-    from neuronc.backends._inductor_format import INDEX_NAME
-
-    if (root / "artifacts" / INDEX_NAME).is_file():
-        return "inductor"
     raise BundleFormatError(
         f"{root}: not a bundle (no manifest.json)", hint="pass the directory `neuronc compile` printed"
     )

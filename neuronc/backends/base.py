@@ -170,6 +170,8 @@ class Backend(Protocol):
     can_run: ClassVar[bool]
     # Whether the Hugging Face Neuron cache (optimum-neuron's registry) describes this backend's builds.
     uses_hf_neuron_cache: ClassVar[bool]
+    # The serving stacks (`neuronc deploy --for`) that load this backend's bundles, the usual one first.
+    serving_stacks: ClassVar[tuple[str, ...]]
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
 
@@ -250,6 +252,7 @@ class BackendBase:
     options_model: ClassVar[type[BaseModel] | None] = None
     can_run: ClassVar[bool] = False
     uses_hf_neuron_cache: ClassVar[bool] = False
+    serving_stacks: ClassVar[tuple[str, ...]] = ()
     # Distributions that make up this backend's toolchain, in display order.
     packages: ClassVar[tuple[str, ...]] = ()
     # Distributions that must be present for the backend to run.

@@ -201,6 +201,7 @@ class NxdiBackend(NeuronBackend):
     # model_builder.py; aws-neuron/neuronx-distributed-inference models/model_wrapper.py).
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "neuronx-distributed-inference"
+    serving_stacks: ClassVar[tuple[str, ...]] = ("vllm",)
     options_model: ClassVar[type[BaseModel] | None] = NxdiOptions
     description: ClassVar[str] = "NxD Inference: NeuronConfig/InferenceConfig, Neuron<Arch>ForCausalLM.compile()"
     packages: ClassVar[tuple[str, ...]] = (

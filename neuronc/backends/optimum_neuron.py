@@ -170,6 +170,7 @@ class OptimumNeuronBackend(NeuronBackend):
     # optimum/neuron/models/inference/backend/pretrained_model.py, modules/decoder/modeling_decoder.py).
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "optimum-neuron"
+    serving_stacks: ClassVar[tuple[str, ...]] = ("vllm", "sagemaker", "tgi")
     uses_hf_neuron_cache: ClassVar[bool] = True
     options_model: ClassVar[type[BaseModel] | None] = OptimumNeuronOptions
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"

@@ -238,6 +238,7 @@ class TransformersNeuronxBackend(NeuronBackend):
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )
     toolchain_package: ClassVar[str | None] = "transformers-neuronx"
+    serving_stacks: ClassVar[tuple[str, ...]] = ("torchserve",)
     # transformers-neuronx reads NEURON_CC_FLAGS at compile time; the profile's flags go there too.
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
     options_model: ClassVar[type[BaseModel] | None] = TnxOptions

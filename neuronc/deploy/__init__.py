@@ -16,19 +16,6 @@ from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues, serving_values
 from neuronc.errors import InvalidInputError
 
-# Which backends' bundles each stack serves (docs/deploy.md has the versions).
-COMPATIBLE: dict[Stack, frozenset[str]] = {
-    Stack.vllm: frozenset({"nxdi", "optimum-neuron"}),
-    Stack.tgi: frozenset({"optimum-neuron"}),
-    Stack.torchserve: frozenset({"transformers-neuronx"}),
-    Stack.sagemaker: frozenset({"optimum-neuron"}),
-}
-_STACK_FOR = {
-    "nxdi": "vllm",
-    "optimum-neuron": "vllm (or sagemaker; tgi for optimum-neuron 0.3.x)",
-    "transformers-neuronx": "torchserve",
-}
-
 
 def parse_stack(word: str) -> Stack:
     """A ``--for`` value as a Stack, or an error in plain words."""
@@ -40,19 +27,24 @@ def parse_stack(word: str) -> Stack:
 
 
 def check_compatible(stack: Stack, backend: str, target: str) -> None:
-    """Raise InvalidInputError (exit 2) with the way forward when a stack cannot serve this bundle."""
-    if backend in COMPATIBLE[stack]:
+    """Raise InvalidInputError (exit 2) with the way forward when a stack cannot serve this bundle.
+
+    Which stacks load a bundle is the backend's to say (``Backend.serving_stacks``).
+    """
+    from neuronc.backends import get_backend, is_registered
+
+    stacks = get_backend(backend).serving_stacks if is_registered(backend) else ()
+    if stack.value in stacks:
         return
-    if target == "cpu" or backend not in _STACK_FOR:
+    if target == "cpu" or not stacks:
         msg = f"--for {stack.value}: a {backend} bundle for {target} is not served by a Neuron serving stack"
         hint = (
             "run it with `neuronc run BUNDLE --prompt ...`; to serve on Inferentia/Trainium, compile a Neuron "
             "profile (backend nxdi for vLLM, optimum-neuron, or transformers-neuronx for TorchServe)"
         )
         raise InvalidInputError(msg, hint=hint)
-    loads = ", ".join(sorted(COMPATIBLE[stack]))
-    msg = f"--for {stack.value} cannot serve a bundle built with {backend} (it serves bundles built with {loads})"
-    raise InvalidInputError(msg, hint=f"a bundle built with {backend} deploys with --for {_STACK_FOR[backend]}")
+    msg = f"--for {stack.value} cannot serve a bundle built with {backend}"
+    raise InvalidInputError(msg, hint=f"a bundle built with {backend} deploys with --for {' or '.join(stacks)}")
 
 
 def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: DeployOptions | None = None) -> Rendered:
@@ -99,7 +91,6 @@ def write(rendered: Rendered, out_dir: str | os.PathLike[str]) -> list[Path]:
 
 
 __all__ = [
-    "COMPATIBLE",
     "DeployOptions",
     "EmittedFile",
     "Rendered",
