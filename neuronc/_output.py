@@ -103,9 +103,32 @@ class Output:
             render()
 
     def print(self, *renderables: Any) -> None:
-        """Print human output to stdout, wrapped at spaces to the terminal (ignored in --json mode)."""
-        if not self.json_mode:
-            self.stdout.print(*renderables)
+        """Print human output to stdout, wrapped at spaces to the terminal (ignored in --json mode).
+
+        A word longer than the terminal (a long path) gets a line of its own and is never cut:
+        copied from the terminal it still works.
+        """
+        if self.json_mode:
+            return
+        for renderable in renderables:
+            if isinstance(renderable, str):
+                self._wrapped(renderable)
+            else:
+                self.stdout.print(renderable)
+
+    def _wrapped(self, markup: str) -> None:
+        """Markup text wrapped at spaces to the terminal; a word longer than a line keeps a line of its own.
+
+        Rich either folds long words or does not wrap at all; this breaks lines only between words.
+        """
+        from rich.text import Text
+
+        text = Text.from_markup(markup)
+        for line in text.split("\n", allow_blank=True):
+            cuts = word_breaks(line.plain, self.stdout.width)
+            for part in line.divide(cuts) if cuts else [line]:
+                part.rstrip()
+                self.stdout.print(part, crop=False, soft_wrap=True)
 
     def code(self, text: str) -> None:
         """Print lines to copy and paste (a load snippet) as they are: never wrapped or marked up."""
@@ -154,16 +177,15 @@ class Output:
 
     def _stacked(self, columns: list[str], cells: list[list[str]], title: str | None) -> None:
         """Each row as a block: the first cell as a heading, then ``column: value`` lines."""
-        from rich.text import Text
 
         if title:
-            self.stdout.print(Text(title))
+            self._wrapped(_escape(title))
         for row in cells:
-            self.stdout.print(Text(row[0] if row else "", style="bold"))
+            self._wrapped(f"[bold]{_escape(row[0] if row else '')}[/bold]")
             for name, value in zip(columns[1:], row[1:], strict=False):
                 if value:
                     # Wrapped at spaces to the terminal's width, continuation lines indented.
-                    self.stdout.print(Text(f"  {name}: {value}"))
+                    self._wrapped(_escape(f"  {name}: {value}"))
 
     # -- messages (stderr) --------------------------------------------------------------------
     def info(self, text: str) -> None:
@@ -212,6 +234,25 @@ class Output:
 
 # Between two columns: one space of padding on each side and the separator.
 _TABLE_GAP = 3
+
+
+def word_breaks(text: str, width: int) -> list[int]:
+    """Offsets at which to break ``text`` into lines of at most ``width`` cells, only between words.
+
+    A word longer than ``width`` is never cut: it gets a line of its own.
+    """
+    import re
+
+    from rich.cells import cell_len
+
+    breaks: list[int] = []
+    line_start = 0
+    for match in re.finditer(r"\S+\s*", text):
+        word_end = match.start() + len(match.group().rstrip())
+        if match.start() > line_start and cell_len(text[line_start:word_end]) > width:
+            breaks.append(match.start())
+            line_start = match.start()
+    return breaks
 
 
 def _words(text: str) -> list[str]:
