@@ -6,7 +6,7 @@ Builds the profile once into the store if it is not there (default: the demo pro
 temporary store and graph cache, which takes about a minute on 2 cores), then times, in the same
 run, `python -c pass`, `neuronc --version` and `neuronc compile PROFILE` (a hit) with and without
 --json. It also checks that the hit imported neither torch nor transformers.
-Target: a store hit under 0.3 s wall, as a whole process.
+Target (issue 15): a store hit at most 0.25 s wall, as a whole process.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_SECONDS = 0.3
+TARGET_SECONDS = 0.25
 
 
 def _samples(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[list[float], list[float]]:
@@ -64,6 +64,9 @@ def _bench(scratch: Path) -> None:
     args = parser.parse_args()
 
     env = dict(os.environ)
+    # Time neuronc as an installed one runs: with bytecode caches (a shell that sets
+    # PYTHONDONTWRITEBYTECODE would otherwise time the compiling of neuronc's sources on every run).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["NEURONC_STORE"] = args.store or str(scratch / "store")
     env.setdefault("NEURONC_GRAPH_CACHE", str(scratch / "graphs"))
     py = sys.executable
@@ -97,8 +100,8 @@ def _bench(scratch: Path) -> None:
     heavy = _heavy_imports(compile_cmd, env)
     print(f"heavy modules imported on a hit: {heavy or 'none'}")
     hit = statistics.median(results[f"neuronc compile {args.profile}  (hit)"][0])
-    verdict = "PASS" if hit < TARGET_SECONDS and not heavy else "FAIL"
-    print(f"target: store hit under {TARGET_SECONDS} s wall, no torch/transformers: {verdict} ({hit:.3f} s)")
+    verdict = "PASS" if hit <= TARGET_SECONDS and not heavy else "FAIL"
+    print(f"target: store hit at most {TARGET_SECONDS} s wall, no torch/transformers: {verdict} ({hit:.3f} s)")
 
 
 if __name__ == "__main__":

@@ -15,19 +15,40 @@ from typer.core import TyperArgument, TyperCommand, TyperOption
 from neuronc._output import out
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
-app = typer.Typer(
-    name="neuronc",
-    help="Compile LLMs ahead of time for AWS Neuron (Inferentia2, Trainium) into versioned, verifiable bundles.",
-    epilog=(
+APP_SETTINGS: dict[str, Any] = {
+    "name": "neuronc",
+    "help": "Compile LLMs ahead of time for AWS Neuron (Inferentia2, Trainium) into versioned, verifiable bundles.",
+    "epilog": (
         "Exit codes: 0 ok, 1 unexpected error, 2 invalid input, 3 compile failed, 4 verification failed, "
         "5 environment incompatible, 6 required cache/store hit missing, 130 interrupted. "
         "NEURONC_DEBUG=1 shows tracebacks."
     ),
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    add_completion=False,
-    rich_markup_mode=None,
-)
+    "no_args_is_help": True,
+    "pretty_exceptions_show_locals": False,
+    "add_completion": False,
+    "rich_markup_mode": None,
+}
+app = typer.Typer(**APP_SETTINGS)
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The app that runs ``argv``: one holding only the command it names, when it names one.
+
+    Typer builds every registered command (the signature and type hints of each) on every run;
+    building only the command asked for saves a store-hit `compile` about a tenth of its time. Help
+    for the whole tool, ``--version`` and unknown commands get the whole app.
+    """
+    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    commands = [c for c in app.registered_commands if c.name == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    single = typer.Typer(**APP_SETTINGS)
+    single.registered_callback = app.registered_callback
+    single.registered_commands = commands
+    single.registered_groups = groups
+    return single
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 
