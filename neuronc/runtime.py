@@ -14,7 +14,7 @@ from neuronc.errors import BackendUnavailableError, BundleFormatError
 
 
 def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
-    """The backend that built a bundle, from its manifest (a directory without one is not a bundle)."""
+    """The backend that built a bundle: from its manifest, else the backend that recognises its artifacts."""
     root = Path(bundle_dir)
     if not root.is_dir():
         raise BundleFormatError(f"{root}: no such bundle directory")
@@ -22,6 +22,14 @@ def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
         from neuronc.bundle import read_manifest
 
         return str(read_manifest(root).backend)
+    # A backend's compiled artifacts without a manifest (a CompileJob's directory): the backends
+    # that run here say whether they are theirs.
+    from neuronc.backends import backend_names, get_backend
+
+    for name in backend_names():
+        backend = get_backend(name)
+        if backend.can_run and backend.recognizes(root):
+            return name
     raise BundleFormatError(
         f"{root}: not a bundle (no manifest.json)", hint="pass the directory `neuronc compile` printed"
     )

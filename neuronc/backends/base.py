@@ -191,6 +191,8 @@ class Backend(Protocol):
 
     def load(self, bundle_dir: str | os.PathLike[str]) -> Any: ...
 
+    def recognizes(self, directory: str | os.PathLike[str]) -> bool: ...
+
     def load_snippet(self, bundle_dir: str) -> str | None: ...
 
 
@@ -355,6 +357,11 @@ class BackendBase:
         raise BackendUnavailableError(
             msg, hint="run it on its target with the backend's own runtime (see `neuronc inspect`)"
         )
+
+    def recognizes(self, directory: str | os.PathLike[str]) -> bool:
+        """Whether ``directory`` holds this backend's compiled artifacts without a manifest (what
+        ``compile`` writes into a CompileJob's directory before the pipeline adds one)."""
+        return False
 
     def load_snippet(self, bundle_dir: str) -> str | None:
         return None

@@ -225,6 +225,11 @@ class InductorBackend(BackendBase):
 
         return load(bundle_dir, warmup=warmup)
 
+    def recognizes(self, directory: str | os.PathLike[str]) -> bool:
+        from neuronc.backends._inductor_format import INDEX_NAME
+
+        return (Path(directory) / "artifacts" / INDEX_NAME).is_file()
+
     def load_snippet(self, bundle_dir: str) -> str | None:
         return (
             "from neuronc.runtime import load\n"
