@@ -46,11 +46,16 @@ def test_sigkill_at_any_instant_leaves_no_or_a_complete_bundle(tmp_path: Path) -
     store = Store(tmp_path / "store")
     seed = int(os.environ.get("NEURONC_CRASH_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    start = time.perf_counter()
-    pid = _fork_build(store)
-    assert os.waitpid(pid, 0)[1] == 0
-    duration = time.perf_counter() - start
-    store.remove(read_manifest(store.list()[0].path).config_hash)
+    # How long an uninterrupted build takes: the median of three after a warm-up build (a first
+    # build in a fresh process pays one-off costs, and a kill after the publish tests nothing).
+    durations = []
+    for _ in range(4):
+        start = time.perf_counter()
+        pid = _fork_build(store)
+        assert os.waitpid(pid, 0)[1] == 0
+        durations.append(time.perf_counter() - start)
+        store.remove(read_manifest(store.list()[0].path).config_hash)
+    duration = sorted(durations[1:])[1]
     published = 0
     for _ in range(KILLS):
         pid = _fork_build(store)
