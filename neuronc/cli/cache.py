@@ -271,7 +271,12 @@ def _render_build(build: BuildLookup) -> None:
     label = f"build {spec.build_index}" + (f" ({spec.name})" if spec.name else "")
     if spec.matrix_values:
         label += " [" + ", ".join(f"{k}={v}" for k, v in spec.matrix_values.items()) + "]"
-    shape = f"bs {w['batch_size']}, seq {w['sequence_length']}, tp {w['tp_degree']}, {w['dtype']}, {w['target']}"
+    # The Neuron cache has no entry for every field (no target for cpu builds): show what is known.
+    shown = (w["dtype"], w["target"])
+    shape = ", ".join(
+        [f"bs {w['batch_size']}", f"seq {w['sequence_length']}", f"tp {w['tp_degree']}"]
+        + [str(v) for v in shown if v is not None]
+    )
     status = {"hit": "HIT", "miss": "MISS", "not-applicable": "n/a"}[build.status]
     lines = [f"{status}  {label}: {spec.model.id}: {shape}"]
     for match in build.hits[:3]:

@@ -167,7 +167,9 @@ def _mib(value: int | None) -> str:
 def _print_failure(report: BuildReport) -> None:
     """Each failed build's error on stderr: message, details (the log tail), hint."""
     if report.error is not None:
-        out.explain(report.error, prefix=f"{report.label}: ")
+        # Errors raised by the pipeline already start with the build's label; name it once.
+        named = report.error.message.startswith(f"{report.label}:")
+        out.explain(report.error, prefix="" if named else f"{report.label}: ")
 
 
 def _write_report(path: Path | None, data: dict[str, Any]) -> None:

@@ -653,6 +653,17 @@ def _slug(endpoint: str) -> str:
 
 
 def _short(exc: BaseException) -> str:
+    # requests and urllib3 wrap the socket-level failure in layers whose messages are reprs
+    # ("(MaxRetryError('HTTPSConnectionPool(...)"): show the innermost cause, in its own words.
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        reason = getattr(exc, "reason", None)
+        first = exc.args[0] if exc.args else None
+        inner = next((e for e in (exc.__cause__, reason, first, exc.__context__) if isinstance(e, BaseException)), None)
+        if inner is None:
+            break
+        exc = inner
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
