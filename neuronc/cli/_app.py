@@ -50,7 +50,10 @@ def handle_errors(func: F) -> F:
             out.error(exc)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            out.info("interrupted")
+            if out.json_mode:
+                out.error(Interrupted("interrupted"))  # the error document on stdout, "interrupted" on stderr
+            else:
+                out.info("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             out.end_command()
@@ -104,6 +107,13 @@ class NeuroncCommand(TyperCommand):
                 param.__class__ = _Argument
             elif type(param) is TyperOption:
                 param.__class__ = _Option
+
+
+class Interrupted(NeuroncError):
+    """Ctrl-C, or SIGTERM where a command treats it alike (compile): what was half-done is cleaned up."""
+
+    exit_code = EXIT_INTERRUPTED
+    kind = "interrupted"
 
 
 class UsageInputError(InvalidInputError):
