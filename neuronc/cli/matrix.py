@@ -61,7 +61,9 @@ def matrix_command(
     else:
         out.configure(json_mode=True)
         out.result(matrix)
-    out.info(f"{len(entries)} bundle(s) in the matrix")
+    from neuronc.fsutil import plural
+
+    out.info(f"{plural(len(entries), 'bundle')} in the matrix")
 
 
 __all__ = ["matrix_command"]
