@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cli.md"
 REFRESH = "python scripts/gen_cli_reference.py"
 HEADER = (
-    "<!-- Generated from the CLI by `{refresh}` (Typer's `utils docs`); do not edit by hand:\n"
+    f"<!-- Generated from the CLI by `{REFRESH}` (Typer's `utils docs`); do not edit by hand:\n"
     "     tests/docs/test_cli_reference.py fails when this page and the CLI disagree. -->\n\n"
-).format(refresh=REFRESH)
+)
 
 
 def render() -> str:
