@@ -51,11 +51,16 @@ class Workspace:
         return json.loads(proc.stdout)
 
 
-def make_workspace(root: Path, demo: Demo) -> Workspace:
-    """The demo profile and model, a private store holding the demo bundle, and the bundle at bundle/."""
-    shutil.copytree(demo.model_dir, root / "models" / "tiny-llama")
-    shutil.copy(demo.profile, root / "tiny-llama-cpu.yaml")
-    shutil.copytree(demo.bundle, root / "bundle")
+def make_workspace(root: Path, demo: Demo, *, bare: bool = False) -> Workspace:
+    """The demo profile and model, a private store holding the demo bundle, and the bundle at bundle/.
+
+    ``bare``: none of these, only the environment (an empty store, the shared graph cache), as a
+    user has it before the quickstart.
+    """
+    if not bare:
+        shutil.copytree(demo.model_dir, root / "models" / "tiny-llama")
+        shutil.copy(demo.profile, root / "tiny-llama-cpu.yaml")
+        shutil.copytree(demo.bundle, root / "bundle")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("NEURONC_")},
         "NEURONC_STORE": str(root / "store"),
@@ -69,8 +74,9 @@ def make_workspace(root: Path, demo: Demo) -> Workspace:
     for name in ("NEURON_CC_FLAGS", "CUSTOM_CACHE_REPO", "HF_ENDPOINT", "HF_TOKEN"):
         env.pop(name, None)
     ws = Workspace(root, demo, env)
-    proc = ws.run("store", "publish", "bundle")
-    assert proc.returncode == 0, proc.stderr
+    if not bare:
+        proc = ws.run("store", "publish", "bundle")
+        assert proc.returncode == 0, proc.stderr
     return ws
 
 
