@@ -212,8 +212,12 @@ def _workspace_for(page: Path, demo: Any, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("page", "example"), EXAMPLES, ids=[f"{p.name}:{e.line}" for p, e in EXAMPLES])
-def test_example(page: Path, example: Example, demo: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    example.document.namespace["workspace"] = _workspace_for(page, demo, tmp_path_factory)
+def test_example(page: Path, example: Example, request: pytest.FixtureRequest) -> None:
+    if isinstance(example.parsed, tuple) and example.parsed[0] in SHELLS:
+        # Only shell blocks need the compiled demo (its graph cache) and a directory to run in.
+        demo = request.getfixturevalue("demo")
+        factory = request.getfixturevalue("tmp_path_factory")
+        example.document.namespace["workspace"] = _workspace_for(page, demo, factory)
     example.evaluate()
 
 
