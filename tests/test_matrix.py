@@ -57,7 +57,7 @@ def test_matrix_github_format_is_one_output_line(repo_root: Path, runner: CliRun
     matrix = json.loads(lines[0].removeprefix("matrix="))  # what fromJSON() reads in the workflow
     assert list(matrix) == ["include"]
     assert [e["build"] for e in matrix["include"]] == [0, 1]
-    assert "2 bundle(s)" in result.stderr
+    assert "2 bundles in the matrix" in result.stderr
 
 
 def test_runner_follows_host_ram_when_the_model_config_is_known(tmp_path: Path, runner: CliRunner) -> None:

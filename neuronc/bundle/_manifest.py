@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from neuronc.errors import BundleFormatError
 from neuronc.errors import safe_text as safe_text  # re-exported: moved to errors, bundle modules import it here
+from neuronc.fsutil import plural
 from neuronc.jsonfile import InvalidJsonError, depth_of, parse_json
 
 # -- versions ---------------------------------------------------------------------------------
@@ -397,13 +398,15 @@ def _validate(data: dict[str, Any], where: str) -> Manifest:
         more = exc.error_count() - len(details)
         if more > 0:
             details.append(f"... and {more} more")
-        raise BundleFormatError(f"{where}: invalid manifest ({exc.error_count()} problems)", details=details) from None
+        msg = f"{where}: invalid manifest ({plural(exc.error_count(), 'problem')})"
+        raise BundleFormatError(msg, details=details) from None
     except RecursionError:
         raise BundleFormatError(f"{where}: manifest nested too deeply") from None
     problems = semantic_problems(manifest)
     if problems:
         details = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
-        raise BundleFormatError(f"{where}: unsafe or inconsistent manifest ({len(problems)} problems)", details=details)
+        msg = f"{where}: unsafe or inconsistent manifest ({plural(len(problems), 'problem')})"
+        raise BundleFormatError(msg, details=details)
     return manifest
 
 

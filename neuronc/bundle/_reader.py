@@ -33,6 +33,7 @@ from neuronc.bundle._manifest import (
     safe_text,
 )
 from neuronc.errors import BundleFormatError, VerificationError
+from neuronc.fsutil import plural
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 
@@ -155,7 +156,7 @@ class VerifyReport:
             return
         problems = self.problems()
         shown = problems[:50] + ([f"... and {len(problems) - 50} more"] if len(problems) > 50 else [])
-        msg = f"{safe_text(self.bundle)}: bundle failed verification ({len(problems)} problems)"
+        msg = f"{safe_text(self.bundle)}: bundle failed verification ({plural(len(problems), 'problem')})"
         raise VerificationError(msg, details=shown, hint="rebuild or re-download the bundle; do not deploy it")
 
 

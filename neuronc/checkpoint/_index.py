@@ -19,7 +19,7 @@ from neuronc.checkpoint._tree import ModelTree, plain_name_problem
 from neuronc.checkpoint.partition import MAX_TP, Partition, merge_ranges
 from neuronc.checkpoint.reader import Checkpoint
 from neuronc.errors import InvalidInputError, safe_text
-from neuronc.fsutil import read_bytes_limited
+from neuronc.fsutil import plural, read_bytes_limited
 from neuronc.jsonfile import InvalidJsonError, expect_object, expect_type, get_field, get_int, parse_json
 
 INDEX_FILE = "index.json"
@@ -119,7 +119,7 @@ def load_index(split_dir: Path) -> dict[str, Any]:
     tp = get_int(data, "tp", shown, minimum=1, maximum=MAX_TP)
     shards = get_field(data, "shards", list, shown)
     if len(shards) != tp:
-        raise InvalidInputError(f"{shown}: 'tp' and 'shards' disagree ({tp} and {len(shards)} shards)")
+        raise InvalidInputError(f"{shown}: 'tp' and 'shards' disagree (tp {tp}, {plural(len(shards), 'shard')})")
     for rank, shard in enumerate(shards):
         _check_shard(shard, rank, f"{shown}: shards[{rank}]")
     get_field(data, "tensors", dict, shown)

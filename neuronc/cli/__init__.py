@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from neuronc import __version__
-from neuronc.cli._app import app, app_for
+from neuronc.cli._app import app, run_app
 
 # Command modules register themselves on `app` when imported; the order here is the order in --help.
 _COMMAND_MODULES = (
@@ -74,8 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     # pydantic looks for its plugins in every installed distribution's entry points on first use
     # (about 15 ms); the command line uses none. A caller that wants them sets the variable itself.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    args = sys.argv[1:] if argv is None else argv
-    app_for(args)(args=args, prog_name="neuronc")
+    sys.exit(run_app(sys.argv[1:] if argv is None else list(argv)))
 
 
 __all__ = ["app", "main"]

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperOption
 
-from neuronc._output import out
-from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
+from neuronc._output import out, to_json_text
+from neuronc.errors import EXIT_INTERRUPTED, InvalidInputError, NeuroncError
 
 APP_SETTINGS: dict[str, Any] = {
     "name": "neuronc",
@@ -58,6 +58,10 @@ def handle_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # Every command names its --json flag `json_out`: with it, a failure prints the error
+        # document on stdout even when it happens before the command configured its output.
+        if kwargs.get("json_out"):
+            out.configure(json_mode=True)
         try:
             return func(*args, **kwargs)
         except NeuroncError as exc:
@@ -67,7 +71,10 @@ def handle_errors(func: F) -> F:
             out.error(exc)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            out.info("interrupted")
+            if out.json_mode:
+                out.error(Interrupted("interrupted"))  # the error document on stdout, "interrupted" on stderr
+            else:
+                out.info("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             out.end_command()
@@ -121,6 +128,49 @@ class NeuroncCommand(TyperCommand):
                 param.__class__ = _Argument
             elif type(param) is TyperOption:
                 param.__class__ = _Option
+
+
+class Interrupted(NeuroncError):
+    """Ctrl-C, or SIGTERM where a command treats it alike (compile): what was half-done is cleaned up."""
+
+    exit_code = EXIT_INTERRUPTED
+    kind = "interrupted"
+
+
+class UsageInputError(InvalidInputError):
+    """The command line itself is wrong: an unknown option, a missing argument, a value out of range."""
+
+    kind = "usage_error"
+
+
+# Click's UsageError (unknown option, missing argument, bad value), reached through the class Typer
+# exports publicly: BadParameter is one of its subclasses in every Click release.
+_ClickUsageError: type[Exception] = typer.BadParameter.__mro__[1]
+
+
+def _json_requested(args: list[str]) -> bool:
+    return "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+
+
+def run_app(args: list[str]) -> int:
+    """Run the application; a usage error with --json on the command line also prints the JSON error
+    document on stdout (exit 2), so that `--json` output is one document on every failure."""
+    try:
+        code = app_for(args)(args=args, prog_name="neuronc", standalone_mode=False)
+    except _ClickUsageError as exc:
+        exc.show()  # type: ignore[attr-defined]  # Click's usage line and message, on stderr, as before
+        exit_code = int(getattr(exc, "exit_code", 2))
+        if _json_requested(args) and exit_code != 0:
+            ctx = getattr(exc, "ctx", None)
+            command_path = ctx.command_path if ctx is not None else "neuronc"
+            error = UsageInputError(
+                f"{command_path}: {exc.format_message()}",  # type: ignore[attr-defined]
+                hint=f"run `{command_path} --help` for its options and arguments",
+            )
+            sys.stdout.write(to_json_text(error.to_json()))
+            sys.stdout.flush()
+        return exit_code
+    return code if isinstance(code, int) else 0
 
 
 def command(group: typer.Typer = app, name: str | None = None, **kwargs: Any) -> Callable[[F], F]:

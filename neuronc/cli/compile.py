@@ -16,7 +16,7 @@ import typer
 from neuronc._output import out
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
-from neuronc.errors import NeuroncError
+from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
     from neuronc.pipeline import BuildReport
@@ -91,7 +91,13 @@ def compile_command(
                 log=out.info,
             )
     except KeyboardInterrupt:
-        _write_report(report_path, run_report(reports, interrupted=True))
+        data = run_report(reports, interrupted=True)
+        _write_report(report_path, data)
+        if out.json_mode:
+            # --json: the report (interrupted: true, exit_code 130) is the one document on stdout.
+            out.result(data)
+            out.info("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         raise
     except NeuroncError as exc:
         # The report keeps its shape on a failure before (or between) builds: builds so far + error.
@@ -167,7 +173,9 @@ def _mib(value: int | None) -> str:
 def _print_failure(report: BuildReport) -> None:
     """Each failed build's error on stderr: message, details (the log tail), hint."""
     if report.error is not None:
-        out.explain(report.error, prefix=f"{report.label}: ")
+        # Errors raised by the pipeline already start with the build's label; name it once.
+        named = report.error.message.startswith(f"{report.label}:")
+        out.explain(report.error, prefix="" if named else f"{report.label}: ")
 
 
 def _write_report(path: Path | None, data: dict[str, Any]) -> None:

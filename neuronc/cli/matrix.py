@@ -11,6 +11,7 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
+from neuronc.cli._options import JsonOpt
 from neuronc.cli.plan import ProfilesOrDirsArg
 from neuronc.errors import InvalidInputError
 
@@ -37,10 +38,15 @@ _EPILOG = (
 
 
 @command(name="matrix", epilog=_EPILOG)
-def matrix_command(profiles: ProfilesOrDirsArg, output_format: FormatOpt = MatrixFormat.json) -> None:
+def matrix_command(
+    profiles: ProfilesOrDirsArg, output_format: FormatOpt = MatrixFormat.json, json_out: JsonOpt = False
+) -> None:
     """Print one entry per bundle (profile, build index, key, expected runner) for a CI job matrix."""
     from neuronc.ci import GITHUB_MATRIX_LIMIT, matrix_entries
     from neuronc.profile import expand_profile_paths, load_builds
+
+    if json_out and output_format is MatrixFormat.github:
+        raise InvalidInputError("--json and --format github both choose the output; give one of them")
 
     entries = [e.to_json() for e in matrix_entries(load_builds(expand_profile_paths(profiles)))]
     if not entries:
@@ -55,7 +61,9 @@ def matrix_command(profiles: ProfilesOrDirsArg, output_format: FormatOpt = Matri
     else:
         out.configure(json_mode=True)
         out.result(matrix)
-    out.info(f"{len(entries)} bundle(s) in the matrix")
+    from neuronc.fsutil import plural
+
+    out.info(f"{plural(len(entries), 'bundle')} in the matrix")
 
 
 __all__ = ["matrix_command"]

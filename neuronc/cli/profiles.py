@@ -109,16 +109,27 @@ def _render_build(path: str, build: dict[str, Any]) -> None:
 @command(name="schema")
 def schema_command(
     output: Annotated[Path | None, typer.Option("--out", "-o", help="Write the schema to this file.")] = None,
+    json_out: JsonOpt = False,
 ) -> None:
-    """Print the JSON Schema of profiles (for yaml-language-server and other editors)."""
+    """Print the JSON Schema of profiles (for yaml-language-server and other editors).
+
+    With --out and --json, stdout says what was written: {"out", "bytes"}.
+    """
     from neuronc.profile import profile_json_schema
 
+    out.configure(json_mode=json_out)
     text = to_json_text(profile_json_schema())
     if output is None:
         out.result(profile_json_schema())
         return
-    output.write_text(text, encoding="utf-8")
-    out.success(f"wrote {output}")
+    from neuronc.fsutil import atomic_write_bytes
+
+    data = text.encode("utf-8")
+    try:
+        atomic_write_bytes(output, data)
+    except OSError as exc:
+        raise InvalidInputError(f"{output}: cannot write the schema: {exc.strerror or exc}") from None
+    out.result({"out": str(output), "bytes": len(data)}, lambda: out.success(f"wrote {output}"))
 
 
 @command(name="hash")

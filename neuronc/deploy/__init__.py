@@ -37,7 +37,10 @@ def check_compatible(stack: Stack, backend: str, target: str) -> None:
     if stack.value in stacks:
         return
     if target == "cpu" or not stacks:
-        msg = f"--for {stack.value}: a {backend} bundle for {target} is not served by a Neuron serving stack"
+        msg = (
+            f"--for {stack.value}: this bundle ({backend} backend, target {target}) "
+            "is not served by a Neuron serving stack"
+        )
         hint = (
             "run it with `neuronc run BUNDLE --prompt ...`; to serve on Inferentia/Trainium, compile a Neuron "
             "profile (backend nxdi for vLLM, optimum-neuron, or transformers-neuronx for TorchServe)"

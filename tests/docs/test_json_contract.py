@@ -1,0 +1,202 @@
+"""The machine-output contract (docs/exit-codes.md): with --json, stdout is exactly one JSON document
+of the shape docs/schemas/ documents for the command, on success and on every failure (usage errors
+included), and the exit code is the documented one whatever the environment sets.
+
+Every case runs the real command in a fresh process against the demo bundle compiled once per
+session (tests/_demo.py); the Neuron bundle for `deploy` is written by tests/test_deploy.py's helper.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from _schemas import assert_conforms
+from conftest import HF_FIXTURE, Workspace
+
+from neuronc.cli import app
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    schema: str
+    args: tuple[str, ...]
+    code: int = 0
+    error: str | None = None  # the error kind expected on failure
+
+
+CASES = [
+    Case("validate", "validate", ("validate", "tiny-llama-cpu.yaml")),
+    Case("validate-invalid", "validate", ("validate", "bad.yaml", "tiny-llama-cpu.yaml"), 2),
+    Case("hash", "hash", ("hash", "tiny-llama-cpu.yaml")),
+    Case("hash-diff", "hash", ("hash", "--diff", "tiny-llama-cpu.yaml", "other.yaml")),
+    Case("hash-invalid", "hash", ("hash", "bad.yaml"), 2, "profile_invalid"),
+    Case("backends", "backends", ("backends",)),
+    Case("compile-hit", "compile-report", ("compile", "tiny-llama-cpu.yaml", "--out", "out-hit", "--report", "r.json")),
+    Case("compile-invalid", "compile-report", ("compile", "bad.yaml", "--report", "r-bad.json"), 2),
+    Case("compile-require-hit", "compile-report", ("compile", "other.yaml", "--require-hit"), 6),
+    Case("inspect", "inspect", ("inspect", "bundle", "--verify", "--against-env")),
+    Case("inspect-not-a-bundle", "inspect", ("inspect", "models"), 2, "bundle_invalid"),
+    Case("verify", "verify", ("verify", "bundle", "--against-env")),
+    Case("verify-damaged", "verify", ("verify", "broken"), 4),
+    Case("store-list", "store-list", ("store", "list")),
+    Case("store-verify", "store-verify", ("store", "verify", "c66e92a6")),
+    Case("store-verify-unknown", "store-verify", ("store", "verify", "ffffffff"), 2, "invalid_input"),
+    Case("store-gc", "store-gc", ("store", "gc")),
+    Case("store-publish", "store-publish", ("store", "publish", "bundle", "--store", "store2")),
+    Case("store-rm", "store-rm", ("store", "rm", "c66e92a6", "--store", "store2")),
+    Case("store-rm-unknown", "store-rm", ("store", "rm", "ffffffff"), 2, "invalid_input"),
+    Case("split", "split", ("split", "models/tiny-llama", "--tp", "1", "--out", "weights")),
+    Case("split-check", "split-check", ("split", "--check", "bundle/weights", "models/tiny-llama")),
+    Case("split-missing", "split", ("split", "nowhere", "--tp", "2", "--out", "w2"), 2),
+    Case("run", "run", ("run", "bundle", "--prompt", "Alice", "--max-new-tokens", "4")),
+    Case("run-not-a-bundle", "run", ("run", "models", "--prompt", "Alice"), 2, "bundle_invalid"),
+    Case("cache-lookup-model", "cache-lookup", ("cache-lookup", "example-org/tiny-llama", "--snapshot", "{snapshot}")),
+    Case("cache-lookup-profile", "cache-lookup", ("cache-lookup", "tiny-llama-cpu.yaml", "--snapshot", "{snapshot}")),
+    Case("cache-lookup-offline", "cache-lookup", ("cache-lookup", "example-org/tiny-llama"), 6, "cache_miss"),
+    Case("cache-mirror-offline", "cache-mirror", ("cache", "mirror", "mirror"), 6, "cache_miss"),
+    Case("plan", "plan", ("plan", "tiny-llama-cpu.yaml")),
+    Case("plan-invalid", "plan", ("plan", "bad.yaml"), 2, "profile_invalid"),
+    Case("matrix", "matrix", ("matrix", "tiny-llama-cpu.yaml")),
+    Case("matrix-invalid", "matrix", ("matrix", "bad.yaml"), 2, "profile_invalid"),
+    Case("matrix-two-formats", "matrix", ("matrix", "tiny-llama-cpu.yaml", "--format", "github"), 2, "invalid_input"),
+    Case("schema", "schema", ("schema",)),
+    Case("schema-out", "schema", ("schema", "--out", "profile.schema.json")),
+    Case("deploy", "deploy", ("deploy", "{neuron_bundle}", "--for", "vllm", "--out", "deploy-vllm")),
+    Case("deploy-cpu-bundle", "deploy", ("deploy", "bundle", "--for", "vllm"), 2, "invalid_input"),
+    Case("deploy-unknown-stack", "deploy", ("deploy", "bundle", "--for", "k8s"), 2),
+    Case("profiles-list", "profiles-list", ("profiles", "list")),
+    Case("profiles-copy", "profiles-copy", ("profiles", "copy", "tiny-llama-cpu", "copied")),
+    Case("profiles-copy-unknown", "profiles-copy", ("profiles", "copy", "no-such-profile"), 2, "invalid_input"),
+]
+
+
+@pytest.fixture(scope="module")
+def ws(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    root = workspace.root
+    (root / "bad.yaml").write_text(
+        "model: {id: models/tiny-llama}\nbackend: inductor\ntarget: !!python/name:os.system cpu\n"
+        "sequence: {max_length: 64}\n"
+    )
+    other = (root / "tiny-llama-cpu.yaml").read_text().replace("max_length: 128", "max_length: 96")
+    (root / "other.yaml").write_text(other.replace("token_buckets: [128]", "token_buckets: [96]"))
+    shutil.copytree(root / "bundle", root / "broken")
+    with (root / "broken" / "model" / "config.json").open("a") as f:
+        f.write(" ")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_deploy import _bundle  # a Neuron bundle through the real writer (no SDK needed)
+
+    workspace.neuron_bundle = _bundle(tmp_path_factory.mktemp("neuron-bundle"), "optimum-neuron")  # type: ignore[attr-defined]
+    return workspace
+
+
+def _args(ws: Workspace, case: Case) -> list[str]:
+    subs = {"{snapshot}": str(HF_FIXTURE / "snapshot"), "{neuron_bundle}": str(ws.neuron_bundle)}  # type: ignore[attr-defined]
+    return [subs.get(a, a) for a in case.args] + ["--json"]
+
+
+def _check(ws: Workspace, case: Case, env: dict[str, str] | None = None) -> None:
+    proc = ws.run(*_args(ws, case), env=env)
+    assert proc.returncode == case.code, f"{case.id}: exit {proc.returncode}, expected {case.code}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr or (env or {}).get("NEURONC_DEBUG"), proc.stderr
+    document = json.loads(proc.stdout)  # exactly one document: json.loads refuses trailing data
+    assert_conforms(case.schema, document, f"`neuronc {' '.join(case.args)} --json`")
+    if case.error is not None:
+        assert document["error"] == case.error and document["exit_code"] == case.code, document
+    elif case.code:
+        # A report-shaped failure (validate, compile, verify, plan) still carries the exit code.
+        assert document.get("exit_code", case.code) == case.code or document.get("valid") is False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_json_output_matches_its_documented_schema(ws: Workspace, case: Case) -> None:
+    _check(ws, case)
+    if case.id == "compile-hit":
+        assert_conforms("compile-report", json.loads((ws.root / "r.json").read_text()), "the --report file")
+    if case.id == "compile-invalid":
+        report = json.loads((ws.root / "r-bad.json").read_text())
+        assert_conforms("compile-report", report, "the --report file of a failed run")
+        assert report["builds"] == [] and report["error"]["error"] == "profile_invalid"
+
+
+# The environment a CI job may set must not change the exit code or the document.
+ENVIRONMENTS = {
+    "debug": {"NEURONC_DEBUG": "1"},
+    "wide": {"NEURONC_WIDE": "1"},
+    "narrow": {"COLUMNS": "20"},
+    "colour": {"FORCE_COLOR": "1", "NO_COLOR": "", "TERM": "xterm-256color"},
+    "ci": {"CI": "true", "TERM": "dumb"},
+}
+QUICK = [
+    c
+    for c in CASES
+    if c.id
+    in {
+        "validate-invalid",
+        "hash-invalid",
+        "compile-invalid",
+        "verify-damaged",
+        "inspect",
+        "store-rm-unknown",
+        "plan",
+        "deploy-cpu-bundle",
+        "matrix",
+    }
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", ENVIRONMENTS, ids=list(ENVIRONMENTS))
+@pytest.mark.parametrize("case", QUICK, ids=[c.id for c in QUICK])
+def test_the_environment_changes_neither_exit_code_nor_document(ws: Workspace, case: Case, env: str) -> None:
+    _check(ws, case, ENVIRONMENTS[env])
+
+
+def _json_commands() -> list[tuple[str, ...]]:
+    """Every command of the CLI that takes --json, found from the application itself."""
+    import typer.main
+
+    found: list[tuple[str, ...]] = []
+
+    def walk(command: object, path: tuple[str, ...]) -> None:
+        subcommands = getattr(command, "commands", None)
+        if subcommands:
+            for name, sub in subcommands.items():
+                walk(sub, (*path, name))
+        elif any("--json" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
+            found.append(path)
+
+    walk(typer.main.get_command(app), ())
+    return found
+
+
+def test_every_json_command_has_a_schema_and_a_case() -> None:
+    commands = _json_commands()
+    assert len(commands) >= 20, commands
+    covered = {c.args[: 2 if c.args[0] in {"store", "cache", "profiles"} else 1] for c in CASES}
+    assert set(commands) <= covered, f"--json commands without a schema case here: {set(commands) - covered}"
+
+
+@pytest.mark.parametrize("command", _json_commands(), ids=lambda c: " ".join(c))
+def test_a_usage_error_with_json_is_one_error_document(tmp_path: Path, command: tuple[str, ...]) -> None:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronc", *command, "--no-such-option", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2, proc.stderr
+    document = json.loads(proc.stdout)
+    assert_conforms("error", document, f"`neuronc {' '.join(command)} --no-such-option --json`")
+    assert document["error"] == "usage_error" and "--no-such-option" in document["message"]
+    assert "No such option" in proc.stderr  # people still get Click's usage message
