@@ -71,6 +71,12 @@ def _int(config: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
+def _required(config: Mapping[str, Any], *fields: str | tuple[str, ...]) -> tuple[int, ...] | None:
+    """The positive ints ``fields`` name (a tuple lists a field's aliases); None if any is missing."""
+    values = [_int(config, *((field,) if isinstance(field, str) else field)) for field in fields]
+    return None if None in values else tuple(v for v in values if v is not None)
+
+
 def _dtype_bytes(config: Mapping[str, Any]) -> int:
     """Bytes per value of the checkpoint as stored (HF's default, when unset, is float32)."""
     name = config.get("torch_dtype") or config.get("dtype")
@@ -104,17 +110,14 @@ def model_dims(config: Mapping[str, Any]) -> tuple[ModelDims | None, str | None]
 
 
 _Counted = tuple[int, int, int, int, int, int, int, int]
+_SHAPE = ("hidden_size", "num_hidden_layers", "num_attention_heads")
 
 
 def _llama_like(cfg: Mapping[str, Any], model_type: str) -> _Counted | None:
-    hidden = _int(cfg, "hidden_size")
-    layers = _int(cfg, "num_hidden_layers")
-    heads = _int(cfg, "num_attention_heads")
-    inter = _int(cfg, "intermediate_size")
-    vocab = _int(cfg, "vocab_size")
-    if None in (hidden, layers, heads, inter, vocab):
+    required = _required(cfg, *_SHAPE, "intermediate_size", "vocab_size")
+    if required is None:
         return None
-    assert hidden and layers and heads and inter and vocab
+    hidden, layers, heads, inter, vocab = required
     kv_heads = _int(cfg, "num_key_value_heads") or heads
     head_dim = _int(cfg, "head_dim") or hidden // heads
     q = hidden * heads * head_dim
@@ -134,15 +137,10 @@ def _llama_like(cfg: Mapping[str, Any], model_type: str) -> _Counted | None:
 
 
 def _opt(cfg: Mapping[str, Any]) -> _Counted | None:
-    hidden = _int(cfg, "hidden_size")
-    layers = _int(cfg, "num_hidden_layers")
-    heads = _int(cfg, "num_attention_heads")
-    ffn = _int(cfg, "ffn_dim")
-    vocab = _int(cfg, "vocab_size")
-    positions = _int(cfg, "max_position_embeddings")
-    if None in (hidden, layers, heads, ffn, vocab, positions):
+    required = _required(cfg, *_SHAPE, "ffn_dim", "vocab_size", "max_position_embeddings")
+    if required is None:
         return None
-    assert hidden and layers and heads and ffn and vocab and positions
+    hidden, layers, heads, ffn, vocab, positions = required
     proj = _int(cfg, "word_embed_proj_dim") or hidden
     embed = vocab * proj + (positions + 2) * hidden  # OPT's learned positions are offset by 2
     projections = 2 * proj * hidden if proj != hidden else 0
@@ -154,14 +152,17 @@ def _opt(cfg: Mapping[str, Any]) -> _Counted | None:
 
 
 def _gpt2(cfg: Mapping[str, Any]) -> _Counted | None:
-    hidden = _int(cfg, "n_embd", "hidden_size")
-    layers = _int(cfg, "n_layer", "num_hidden_layers")
-    heads = _int(cfg, "n_head", "num_attention_heads")
-    vocab = _int(cfg, "vocab_size")
-    positions = _int(cfg, "n_positions", "max_position_embeddings")
-    if None in (hidden, layers, heads, vocab, positions):
+    required = _required(
+        cfg,
+        ("n_embd", "hidden_size"),
+        ("n_layer", "num_hidden_layers"),
+        ("n_head", "num_attention_heads"),
+        "vocab_size",
+        ("n_positions", "max_position_embeddings"),
+    )
+    if required is None:
         return None
-    assert hidden and layers and heads and vocab and positions
+    hidden, layers, heads, vocab, positions = required
     inner = _int(cfg, "n_inner") or 4 * hidden
     layer = (
         2 * hidden
@@ -177,14 +178,10 @@ def _gpt2(cfg: Mapping[str, Any]) -> _Counted | None:
 
 
 def _gpt_neox(cfg: Mapping[str, Any]) -> _Counted | None:
-    hidden = _int(cfg, "hidden_size")
-    layers = _int(cfg, "num_hidden_layers")
-    heads = _int(cfg, "num_attention_heads")
-    inter = _int(cfg, "intermediate_size")
-    vocab = _int(cfg, "vocab_size")
-    if None in (hidden, layers, heads, inter, vocab):
+    required = _required(cfg, *_SHAPE, "intermediate_size", "vocab_size")
+    if required is None:
         return None
-    assert hidden and layers and heads and inter and vocab
+    hidden, layers, heads, inter, vocab = required
     layer = (
         4 * hidden  # two layer norms
         + (hidden * 3 * hidden + 3 * hidden)
