@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +93,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # lazily: a store hit never writes a temporary file
+
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -214,9 +214,19 @@ HBM_BYTES_PER_CORE = {"inf2": 16 * 1024**3, "trn1": 16 * 1024**3, "trn2": 24 * 1
 def distribution_version(name: str) -> str | None:
     """Return an installed distribution's version without importing it, or None."""
     try:
-        return importlib.metadata.version(name)
+        dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+    # importlib.metadata.version() runs the whole METADATA file through the email parser (about 10 ms
+    # for three distributions, on every store hit); the Version header sits in the header block,
+    # which ends at the first blank line.
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    for line in text.splitlines():
+        if not line:
+            break
+        if line.startswith("Version:"):
+            return line.removeprefix("Version:").strip()
+    return dist.version
 
 
 def module_present(module: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -236,6 +235,8 @@ def verify_bundle(
         if jobs == 1 or len(todo) <= 1 or total < SMALL_BUNDLE_BYTES:
             results = [check(e) for e in todo]
         else:
+            from concurrent.futures import ThreadPoolExecutor  # threads only for large bundles
+
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="neuronc-verify") as pool:
                 results = list(pool.map(check, todo))
     finally:

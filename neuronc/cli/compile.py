@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,18 +181,9 @@ def _write_report(path: Path | None, data: dict[str, Any]) -> None:
     if path is None:
         return
     from neuronc._output import to_json_text
+    from neuronc.fsutil import atomic_write_text
 
-    path = path.absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(to_json_text(data))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path.absolute(), to_json_text(data), fsync=False)
 
 
 @contextlib.contextmanager
