@@ -10,10 +10,91 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import typer
-from typer.core import TyperArgument, TyperCommand, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from neuronc._output import out, to_json_text
 from neuronc.errors import EXIT_INTERRUPTED, InvalidInputError, NeuroncError
+
+# Typer 0.29 writes parameter types the way Python spells them ("{profiles}...", "<list[Path]>",
+# "<int range>"). These classes give usage lines and help the conventional shape instead
+# ("PROFILES...", "--jobs N", "--store TEXT"); Typer has no setting for it, so each command swaps
+# its parameters' classes once, here, when it is built (NeuroncGroup: `typer.Typer(cls=...)`).
+_TYPE_WORDS = {"int": "N", "float": "X", "str": "TEXT", "Path": "PATH", "bool": "BOOL"}
+
+
+def _plain_runtime_param(self: Any) -> Any:
+    """Plain values (str, Path, numbers) coerced without importing pydantic: see neuronc.cli._coerce."""
+    if self._runtime_param is None:
+        from neuronc.cli._coerce import runtime_param
+
+        self._runtime_param = runtime_param(self.type_descriptor)
+    return self._runtime_param
+
+
+class _Argument(TyperArgument):
+    get_runtime_param = _plain_runtime_param
+
+    @property
+    def display_name_raw(self) -> str:
+        return self.metavar or (self.name or "arg").upper()
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        if self.nargs != 1:
+            name += "..."
+        return name if self.required else f"[{name}]"
+
+    def _rich_display_name(self) -> str:
+        return self._usage_display_name()
+
+    def display_type(self, ctx: Any) -> str:
+        return ""
+
+
+class _Option(TyperOption):
+    get_runtime_param = _plain_runtime_param
+
+    def display_type(self, ctx: Any) -> str:
+        if self.metavar:
+            return self.metavar
+        descriptor = self.type_descriptor
+        if descriptor.is_choice:
+            return "[" + "|".join(str(getattr(c, "value", c)) for c in descriptor.choices or ()) + "]"
+        if descriptor.is_path:
+            return "PATH"
+        bare = self.bare_type()
+        return _TYPE_WORDS.get(bare.removeprefix("list[").removesuffix("]"), bare.upper())
+
+
+def _swap_class(param: Any) -> Any:
+    if type(param) is TyperArgument:
+        param.__class__ = _Argument
+    elif type(param) is TyperOption:
+        param.__class__ = _Option
+    return param
+
+
+class NeuroncCommand(TyperCommand):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _swap_class(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _swap_class(super().get_help_option(ctx))
+
+
+class NeuroncGroup(TyperGroup):
+    """The root app and its command groups: their own options (--help, --version) get the same classes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            _swap_class(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return _swap_class(super().get_help_option(ctx))
+
 
 APP_SETTINGS: dict[str, Any] = {
     "name": "neuronc",
@@ -27,6 +108,7 @@ APP_SETTINGS: dict[str, Any] = {
     "pretty_exceptions_show_locals": False,
     "add_completion": False,
     "rich_markup_mode": None,
+    "cls": NeuroncGroup,
 }
 app = typer.Typer(**APP_SETTINGS)
 
@@ -80,54 +162,6 @@ def handle_errors(func: F) -> F:
             out.end_command()
 
     return wrapper  # type: ignore[return-value]
-
-
-# Typer 0.29 writes parameter types the way Python spells them ("{profiles}...", "<list[Path]>",
-# "<int range>"). These classes give usage lines and help the conventional shape instead
-# ("PROFILES...", "--jobs N", "--store TEXT"); Typer has no setting for it, so each command swaps
-# its parameters' classes once, here, when it is built.
-_TYPE_WORDS = {"int": "N", "float": "X", "str": "TEXT", "Path": "PATH", "bool": "BOOL"}
-
-
-class _Argument(TyperArgument):
-    @property
-    def display_name_raw(self) -> str:
-        return self.metavar or (self.name or "arg").upper()
-
-    def _usage_display_name(self) -> str:
-        name = self.display_name_raw
-        if self.nargs != 1:
-            name += "..."
-        return name if self.required else f"[{name}]"
-
-    def _rich_display_name(self) -> str:
-        return self._usage_display_name()
-
-    def display_type(self, ctx: Any) -> str:
-        return ""
-
-
-class _Option(TyperOption):
-    def display_type(self, ctx: Any) -> str:
-        if self.metavar:
-            return self.metavar
-        descriptor = self.type_descriptor
-        if descriptor.is_choice:
-            return "[" + "|".join(str(getattr(c, "value", c)) for c in descriptor.choices or ()) + "]"
-        if descriptor.is_path:
-            return "PATH"
-        bare = self.bare_type()
-        return _TYPE_WORDS.get(bare.removeprefix("list[").removesuffix("]"), bare.upper())
-
-
-class NeuroncCommand(TyperCommand):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if type(param) is TyperArgument:
-                param.__class__ = _Argument
-            elif type(param) is TyperOption:
-                param.__class__ = _Option
 
 
 class Interrupted(NeuroncError):

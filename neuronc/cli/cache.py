@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from neuronc._output import out
-from neuronc.cli._app import app, command
+from neuronc.cli._app import NeuroncGroup, app, command
 from neuronc.cli._options import JsonOpt
 from neuronc.errors import CacheMissError, InvalidInputError
 from neuronc.fsutil import format_bytes, plural
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 cache_app = typer.Typer(
+    cls=NeuroncGroup,
     no_args_is_help=True,
     help="The Hugging Face Neuron cache (optimum-neuron's compile cache on the Hub).",
     rich_markup_mode=None,

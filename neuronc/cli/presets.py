@@ -13,10 +13,11 @@ from typing import Annotated
 import typer
 
 from neuronc._output import out
-from neuronc.cli._app import app, command
+from neuronc.cli._app import NeuroncGroup, app, command
 from neuronc.cli._options import JsonOpt
 
 profiles_app = typer.Typer(
+    cls=NeuroncGroup,
     no_args_is_help=True,
     help="The example profiles shipped with neuronc (and the demo model): list, show, copy.",
 )

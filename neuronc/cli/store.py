@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from neuronc._output import out
-from neuronc.cli._app import app, command
+from neuronc.cli._app import NeuroncGroup, app, command
 from neuronc.cli._options import JsonOpt, StoreOpt
 
 if TYPE_CHECKING:
     from neuronc.store import BundleStore
 
-store_app = typer.Typer(no_args_is_help=True, help="List, verify, remove and clean up bundles in a store.")
+store_app = typer.Typer(
+    cls=NeuroncGroup, no_args_is_help=True, help="List, verify, remove and clean up bundles in a store."
+)
 app.add_typer(store_app, name="store")
 
 KeyArg = Annotated[
