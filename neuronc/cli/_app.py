@@ -74,18 +74,10 @@ def _swap_class(param: Any) -> Any:
     return param
 
 
-class NeuroncCommand(TyperCommand):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            _swap_class(param)
+class _SwapsParameterClasses:
+    """Gives a command's or a group's parameters (its --help option too) the classes above."""
 
-    def get_help_option(self, ctx: Any) -> Any:
-        return _swap_class(super().get_help_option(ctx))
-
-
-class NeuroncGroup(TyperGroup):
-    """The root app and its command groups: their own options (--help, --version) get the same classes."""
+    params: list[Any]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -93,7 +85,15 @@ class NeuroncGroup(TyperGroup):
             _swap_class(param)
 
     def get_help_option(self, ctx: Any) -> Any:
-        return _swap_class(super().get_help_option(ctx))
+        return _swap_class(super().get_help_option(ctx))  # type: ignore[misc]
+
+
+class NeuroncCommand(_SwapsParameterClasses, TyperCommand):
+    pass
+
+
+class NeuroncGroup(_SwapsParameterClasses, TyperGroup):
+    """The root app and its command groups (``typer.Typer(cls=NeuroncGroup)``)."""
 
 
 APP_SETTINGS: dict[str, Any] = {
