@@ -71,7 +71,9 @@ class Output:
             # No `file=`: Rich then writes to whatever sys.stdout is at print time, so test
             # runners that swap the streams between invocations keep working. Text wraps at
             # spaces to the terminal's width (code is printed with ``code()``, never wrapped).
-            self._stdout = Console(highlight=False)
+            # emoji=False: a file or model named like ":smile:" prints as written (and Rich's
+            # emoji table is never loaded).
+            self._stdout = Console(highlight=False, emoji=False)
         return self._stdout
 
     @property
@@ -79,7 +81,7 @@ class Output:
         if self._stderr is None:
             from rich.console import Console
 
-            self._stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+            self._stderr = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
         return self._stderr
 
     def reset(self) -> None:
@@ -123,7 +125,7 @@ class Output:
         """
         from rich.text import Text
 
-        text = Text.from_markup(markup)
+        text = Text.from_markup(markup, emoji=False)
         for line in text.split("\n", allow_blank=True):
             cuts = word_breaks(line.plain, self.stdout.width)
             for part in line.divide(cuts) if cuts else [line]:

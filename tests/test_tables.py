@@ -194,3 +194,13 @@ def test_cache_lookup_table(runner: CliRunner) -> None:
     expected = {f"{e['sequence_length']}" for e in data["entries"]} | {e["model_id"] for e in data["entries"]}
     assert expected
     check_command(runner, args, expected)
+
+
+def test_text_like_an_emoji_code_prints_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """A name such as ``org/:smile:-7b`` is a name: Rich's emoji codes are off on both streams."""
+    out.reset()
+    out.print("model org/:smile:-7b")
+    out.info("store /data/:rocket:/bundles")
+    captured = capsys.readouterr()
+    assert "org/:smile:-7b" in captured.out
+    assert "/data/:rocket:/bundles" in captured.err
