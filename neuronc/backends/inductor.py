@@ -16,7 +16,6 @@ Importing this module is cheap: torch and transformers are imported by the worke
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import shutil
@@ -290,6 +289,8 @@ def _build_all(
         entry = cache.publish(item.out_dir, cache_root, item.graph.name, item.key)
         task.done(f"{seconds:.1f} s")
         return meta, seconds, entry
+
+    import concurrent.futures  # here: a store hit loads this module but compiles nothing
 
     threads = max(1, min(job.jobs, len(pending)))
     with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="neuronc-graph") as pool:
