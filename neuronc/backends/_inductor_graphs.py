@@ -146,6 +146,21 @@ def _masks(config: Any, q_pos: Any, kv_pos: Any) -> tuple[Any, Any]:
     return causal, sliding
 
 
+def _decode(causal_lm: Any, input_ids: Any, position_ids: Any, kv_pos: Any, cache: Any) -> Any:
+    """The decoder stack over ``cache`` with neuronc's masks: the last hidden states ``[B, Q, H]``."""
+    config = causal_lm.config
+    causal, sliding = _masks(config, position_ids, kv_pos)
+    out = causal_lm.model(
+        input_ids=input_ids,
+        attention_mask=_attention_mask(config, causal, sliding),
+        position_ids=position_ids,
+        past_key_values=cache,
+        cache_position=position_ids[0],
+        use_cache=True,
+    )
+    return out.last_hidden_state
+
+
 # ------------------------------------------------------------------------------------------------
 # The two wrappers
 # ------------------------------------------------------------------------------------------------
@@ -159,18 +174,8 @@ class ContextEncoding(torch.nn.Module):
         self.model = causal_lm
 
     def forward(self, input_ids: Any, position_ids: Any, last_token_idx: Any, *kv: Any) -> Any:
-        config = self.model.config
-        causal, sliding = _masks(config, position_ids, position_ids)
         cache = PositionCache(kv, position_ids, None, return_cache=False)
-        out = self.model.model(
-            input_ids=input_ids,
-            attention_mask=_attention_mask(config, causal, sliding),
-            position_ids=position_ids,
-            past_key_values=cache,
-            cache_position=position_ids[0],
-            use_cache=True,
-        )
-        hidden = out.last_hidden_state
+        hidden = _decode(self.model, input_ids, position_ids, position_ids, cache)
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         last = hidden[rows, last_token_idx]
         return self.model.lm_head(last).float()
@@ -185,20 +190,11 @@ class TokenGeneration(torch.nn.Module):
         self.window = window
 
     def forward(self, input_ids: Any, position_ids: Any, *kv: Any) -> Any:
-        config = self.model.config
         kv_pos = torch.arange(self.window, device=input_ids.device)[None, :].expand(input_ids.shape[0], -1)
-        causal, sliding = _masks(config, position_ids, kv_pos)
         max_length = kv[0].shape[2]
         cache = PositionCache(kv, position_ids, None if self.window == max_length else self.window, return_cache=True)
-        out = self.model.model(
-            input_ids=input_ids,
-            attention_mask=_attention_mask(config, causal, sliding),
-            position_ids=position_ids,
-            past_key_values=cache,
-            cache_position=position_ids[0],
-            use_cache=True,
-        )
-        return self.model.lm_head(out.last_hidden_state[:, -1]).float()
+        hidden = _decode(self.model, input_ids, position_ids, kv_pos, cache)
+        return self.model.lm_head(hidden[:, -1]).float()
 
 
 # ------------------------------------------------------------------------------------------------
