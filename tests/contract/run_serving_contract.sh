@@ -6,7 +6,8 @@
 #     guidellm 0.8.1, pytest, and neuronc itself (--no-deps) with its own dependencies;
 #   - vLLM 0.11.0 and 0.13.0 each installed --no-deps into its own --target folder (a 440 MB wheel;
 #     only the modules its argument parser imports are installed beside it), put on PYTHONPATH
-#     for the vLLM passes only.
+#     for the vLLM passes only;
+#   - nginx from Debian (apt), for `nginx -t` on every emitted nginx.conf.
 # Passes: (1) everything but vLLM (no vLLM importable, as optimum-cli's parser is checked without it),
 # (2) vLLM's parser at 0.11.0, (3) at 0.13.0. The bundles are compiled once and shared by the passes.
 #
@@ -46,6 +47,12 @@ for version in "${VLLM_VERSIONS[@]}"; do
     fi
 done
 "$venv/bin/pip" install --quiet --no-deps -e "$repo"
+if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
+    step "install nginx (Debian) for nginx -t"
+    sudo_=""; [[ $(id -u) -eq 0 ]] || sudo_="sudo"
+    $sudo_ apt-get install -y --no-install-recommends nginx >/dev/null \
+        || { $sudo_ apt-get update -qq && $sudo_ apt-get install -y --no-install-recommends nginx >/dev/null; }
+fi
 step "setup done"
 
 export NEURONC_SERVING_CONTRACT=1
@@ -54,7 +61,7 @@ export NEURONC_SERVING_BUNDLES
 trap 'rm -rf "$NEURONC_SERVING_BUNDLES"' EXIT
 cd "$repo"
 run_pytest() { "$venv/bin/python" -m pytest -p no:cacheprovider -q "$@"; }
-step "pass 1: optimum-neuron, botocore, torch-model-archiver + torchserve, guidellm"
+step "pass 1: optimum-neuron, botocore, torch-model-archiver + torchserve, guidellm, nginx"
 run_pytest tests/contract/serving --ignore=tests/contract/serving/test_vllm_parser.py
 for version in "${VLLM_VERSIONS[@]}"; do
     step "pass: vLLM $version's argument parser"
