@@ -221,3 +221,19 @@ def test_hash_diff_between_two_bundles(runner: CliRunner, tmp_path: Path) -> Non
     (comparison,) = json.loads(result.stdout)["comparisons"]
     assert comparison["same"] is False
     assert [d["field"] for d in comparison["differences"]] == ["batch_size"]
+
+
+@pytest.mark.parametrize(
+    ("args", "whole"),
+    [(["--help", "compile"], True), (["--help"], True), (["--wide", "compile", "--help"], False)],
+)
+def test_root_help_before_a_command_lists_every_command(args: list[str], whole: bool) -> None:
+    """The CLI builds only the command named (app_for); a root option before it still gets the whole app."""
+    proc = subprocess.run([sys.executable, "-m", "neuronc", *args], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    listed = {name for name in ("validate", "inspect", "deploy", "cache-lookup") if f"  {name} " in proc.stdout}
+    assert (
+        (listed == {"validate", "inspect", "deploy", "cache-lookup"})
+        if whole
+        else "Usage: neuronc compile" in proc.stdout
+    )

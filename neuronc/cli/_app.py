@@ -118,9 +118,12 @@ def app_for(argv: list[str]) -> typer.Typer:
 
     Typer builds every registered command (the signature and type hints of each) on every run;
     building only the command asked for saves a store-hit `compile` about a tenth of its time. Help
-    for the whole tool, ``--version`` and unknown commands get the whole app.
+    for the whole tool (also ``neuronc --help compile``), ``--version`` and unknown commands get the
+    whole app.
     """
-    name = next((arg for arg in argv if not arg.startswith("-")), None)
+    index, name = next(((i, arg) for i, arg in enumerate(argv) if not arg.startswith("-")), (0, None))
+    if any(arg != "--wide" for arg in argv[:index]):  # a root option other than --wide: the whole app decides
+        return app
     commands = [c for c in app.registered_commands if c.name == name]
     groups = [g for g in app.registered_groups if g.name == name]
     if not commands and not groups:
