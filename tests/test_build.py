@@ -171,6 +171,16 @@ def test_unavailable_backend_is_exit_5_before_any_work(ws: Path) -> None:
     assert compiles(ws) == 0 and Store(ws / "store").list() == []
 
 
+def test_only_checks_just_the_backends_of_the_builds_it_selects(ws: Path) -> None:
+    """One CI job per key (`neuronc matrix`): a build left out by --only may use a backend missing here."""
+    good = write_profile(ws / "good.yaml")
+    missing = write_profile(ws / "missing.yaml", backend="missing")
+    [key] = [r.config_hash for r in run(ws, good)]
+    assert key is not None
+    [report] = run(ws, good, missing, only=[key[:12]])
+    assert (report.status, report.config_hash) == ("hit", key)
+
+
 def test_invalid_profile_is_exit_2_before_any_work(ws: Path) -> None:
     bad = ws / "bad.yaml"
     bad.write_text("model: {id: model}\nbakend: pipeline\n")

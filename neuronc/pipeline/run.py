@@ -111,9 +111,9 @@ def compile_profiles(
     specs = load_builds(paths)
     if not specs:
         raise InvalidInputError("no builds to compile")
-    availabilities = check_backends(specs)
-    resolved_store = open_store(store)
     selected = select_builds(specs, only) if only else specs
+    availabilities = check_backends(selected)  # only the builds that will run must be able to run here
+    resolved_store = open_store(store)
     reports: list[BuildReport] = []
     several = len(selected) > 1
     for index, spec in enumerate(selected):
