@@ -160,6 +160,24 @@ def _seq(m: Manifest) -> dict[str, Any]:
 # -- vLLM for NxDI (vllm-neuron) ----------------------------------------------------------------------
 
 
+def test_vllm_serve_sh_runs_with_a_bundle_path_holding_spaces_and_dollars(tmp_path: Path) -> None:
+    """serve.sh sources vllm.env: the values are quoted for the shell, so the path arrives as written."""
+    import subprocess
+
+    bundle = _bundle(tmp_path, "nxdi")
+    where = "/srv/my bundles/$HOME/b"
+    out_dir = tmp_path / "deploy"
+    write(render(bundle, "vllm", DeployOptions(bundle_path=where)), out_dir)
+    stub = tmp_path / "bin" / "vllm"
+    stub.parent.mkdir()
+    stub.write_text('#!/bin/sh\nprintf "%s\\n" "$NEURON_COMPILED_ARTIFACTS" "$2"\n')
+    stub.chmod(0o755)
+    env = {"PATH": f"{stub.parent}:/usr/bin:/bin", "HOME": "/nowhere"}
+    proc = subprocess.run(["sh", str(out_dir / "serve.sh")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{where}/artifacts", f"{where}/model"]
+
+
 def test_vllm_nxdi_arguments_come_from_the_manifest(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path, "nxdi")
     m = read_manifest(bundle)

@@ -107,7 +107,10 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
         f"exec vllm serve {shlex.join(vllm_args(v, v.bundle, options.port))}\n"
     )
     files = [
-        EmittedFile("vllm.env", "".join(f"{k}={val}\n" for k, val in env.items()), "environment for vllm serve"),
+        # serve.sh sources this file: values are shell-quoted (a bundle path may hold spaces or `$`).
+        EmittedFile(
+            "vllm.env", "".join(f"{k}={shlex.quote(val)}\n" for k, val in env.items()), "environment for vllm serve"
+        ),
         EmittedFile("serve.sh", script, "vllm serve on this host", executable=True),
     ]
     notes: list[str] = []
@@ -115,8 +118,10 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
     if image is None:
         found = find_image("vllm-neuron", v.toolchain)
         image = found.image if found else None
-    where = placement(v, options)
-    if image is not None:
+    replicas = 1
+    if image is not None:  # replicas and instance matter only to the compose file
+        where = placement(v, options)
+        replicas = where.replicas
         command = ["vllm", "serve", *vllm_args(v, CONTAINER_BUNDLE, SERVER_PORT)]
         service = {"image": image, "command": command, "volumes": bundle_volumes(v), "shm_size": "1gb"}
         env_list = [vllm_env(CONTAINER_BUNDLE) for _ in where.groups]
@@ -132,7 +137,6 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
             f"no docker-compose.yml: no AWS Neuron vLLM container ships {versions_text(v.toolchain, VERSIONS)} "
             f"(known: {known_text('vllm-neuron', VERSIONS)}); run serve.sh on a host with that SDK, or pass --image"
         )
-    replicas = where.replicas if image is not None else 1
     endpoint = Endpoint(
         target=f"http://localhost:{options.port}",
         model=v.model_id,
