@@ -19,6 +19,23 @@ from _serving import compile_shipped
 ENABLED = os.environ.get("NEURONC_SERVING_CONTRACT") == "1"
 
 
+# The one skip the contract expects: optimum-neuron 0.4.x serves only through vLLM 0.11.0.
+EXPECTED_SKIPS = ("optimum-neuron 0.4.x pins vLLM 0.11.0",)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under the contract script a skip is a failure: a stack that did not import checks nothing."""
+    if not ENABLED:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    unexpected = [r for r in skipped if not any(reason in str(r.longrepr) for reason in EXPECTED_SKIPS)]
+    if unexpected:
+        for report in unexpected:
+            print(f"\nserving contract: unexpected skip: {report.nodeid}: {report.longrepr}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if ENABLED:
         return
