@@ -48,7 +48,9 @@ def test_shipped_profile_deploys_where_it_can(shipped: dict[str, Path], name: st
             files = {f.path: f.text for f in rendered.files}
             assert "benchmark.sh" in files
             scenario = json.loads(files["guidellm-scenario.json"])["spec"]
-            assert scenario["profile"]["max_concurrency"] % manifest.profile["batch_size"] == 0
+            compose = yaml.safe_load(files.get("docker-compose.yml", "services: {}"))["services"]
+            replicas = len([s for s in compose if s != "nginx"]) or 1
+            assert scenario["profile"]["max_concurrency"] == manifest.profile["batch_size"] * replicas
             if "docker-compose.yml" in files:
                 services = yaml.safe_load(files["docker-compose.yml"])["services"]
                 for service_name, service in services.items():

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("guidellm", reason="guidellm is installed by run_serving_contract.sh")
 
@@ -58,7 +59,10 @@ def test_benchmark_runs_guidellms_cli(shipped: dict[str, Path], name: str, stack
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     spec = json.loads(record.read_text())["spec"]
     assert spec["profile"]["kind"] == "sweep"
-    assert spec["profile"]["max_concurrency"] % manifest.profile["batch_size"] == 0
+    compose = out / "docker-compose.yml"
+    services = yaml.safe_load(compose.read_text())["services"] if compose.is_file() else {}
+    replicas = len([s for s in services if s != "nginx"]) or 1
+    assert spec["profile"]["max_concurrency"] == manifest.profile["batch_size"] * replicas
     [data] = spec["data"]
     seq = manifest.profile["sequence"]
     assert data["prompt_tokens_max"] <= max(seq["context_buckets"])

@@ -22,7 +22,6 @@ vllm = pytest.importorskip("vllm", reason="vLLM is on PYTHONPATH only in the run
 
 from neuronc.deploy import DeployOptions, render  # noqa: E402
 from neuronc.deploy.optimum import entrypoint_argv, sm_on_env  # noqa: E402
-from neuronc.deploy.vllm import vllm_args  # noqa: E402
 
 # Environment names the vllm-neuron plugin reads (vllm_neuron/worker/neuronx_distributed_model_loader.py,
 # vllm_neuron/platform.py at 0.2.0); checked against that source when VLLM_NEURON_SRC points at a checkout.
@@ -96,8 +95,10 @@ def test_nxdi_serve_arguments_parse_and_keep_the_compiled_values(
 
     service = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]
     container = _engine_args(parser, ["--model", service["command"][2], *service["command"][3:]])
-    assert container.max_num_seqs == args.max_num_seqs and container.model == "/bundle/model"
-    assert vllm_args  # the function both use
+    assert container.model == "/bundle/model"
+    for field in ("max_num_seqs", "max_model_len", "tensor_parallel_size", "dtype", "enable_prefix_caching"):
+        assert getattr(container, field) == getattr(args, field), field
+    assert container.num_gpu_blocks_override == args.num_gpu_blocks_override
 
 
 def _names_in_source(root: Path) -> str:
