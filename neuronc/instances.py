@@ -53,10 +53,6 @@ def instance_type(name: str) -> InstanceType | None:
     return next((i for i in INSTANCE_TYPES if i.name == bare), None)
 
 
-def cores_per_device(target: str) -> int:
-    return 4 if target == "trn2" else 2
-
-
 def choose_runner(
     target: str, tp_degree: int, *, host_bytes: int | None = None, options: Mapping[str, Any] | None = None
 ) -> str:
@@ -91,7 +87,6 @@ __all__ = [
     "INSTANCE_TYPES",
     "InstanceType",
     "choose_runner",
-    "cores_per_device",
     "default_instance",
     "instance_type",
 ]

@@ -566,3 +566,16 @@ def test_deploy_does_not_import_a_cycle() -> None:
     ):
         code = f"import {module}, sys; assert 'torch' not in sys.modules"
         subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("lnc", "fits"), [(1, True), (2, False)])
+def test_trn2_placement_counts_physical_cores_at_lnc_1(tmp_path: Path, lnc: int, fits: bool) -> None:
+    """tp 8 on trn2.3xlarge (one device: 8 physical cores, 4 logical at LNC=2) fits only at LNC=1."""
+    bundle = _bundle(tmp_path, "nxdi", target="trn2", batch_size=1, options={"logical_nc_config": lnc})
+    options = DeployOptions(image="registry.example/vllm-neuron:test", instance_type="trn2.3xlarge")
+    if not fits:
+        with pytest.raises(InvalidInputError, match="has 4 NeuronCores; the bundle needs 8"):
+            render(bundle, "vllm", options)
+        return
+    compose = yaml.safe_load(_files(render(bundle, "vllm", options))["docker-compose.yml"])
+    assert [name for name in compose["services"] if name != "nginx"] == ["vllm-0"]

@@ -52,13 +52,12 @@ def resolve_instance(v: ServingValues, options: DeployOptions) -> InstanceType:
 
 def placement(v: ServingValues, options: DeployOptions) -> Placement:
     """The instance type and the device groups of each replica: disjoint groups of whole Neuron devices."""
-    from neuronc.instances import cores_per_device
-
     instance = resolve_instance(v, options)
-    per_replica = math.ceil(v.tp_degree / cores_per_device(v.target))
+    cores = instance.cores_at(v.options)  # trn2 at LNC=1: the physical cores
+    per_replica = math.ceil(v.tp_degree / (cores // instance.devices))
     fit = instance.devices // per_replica
     if fit < 1:
-        msg = f"{instance.name} has {instance.cores} NeuronCores; the bundle needs {v.tp_degree} per replica"
+        msg = f"{instance.name} has {cores} NeuronCores; the bundle needs {v.tp_degree} per replica"
         raise InvalidInputError(msg, hint="choose a larger --instance-type")
     replicas = options.replicas if options.replicas is not None else fit
     if replicas < 1 or replicas > fit:

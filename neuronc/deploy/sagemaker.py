@@ -62,8 +62,9 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     if not s3_uri.endswith("/"):
         s3_uri += "/"  # S3Prefix: every object under the prefix, as a directory
     instance = resolve_instance(v, options)
-    if instance.cores_at(v.options) < v.tp_degree:
-        msg = f"--instance-type {instance.name}: {instance.cores} NeuronCores; the bundle needs {v.tp_degree}"
+    cores = instance.cores_at(v.options)  # trn2 at LNC=1: the physical cores
+    if cores < v.tp_degree:
+        msg = f"--instance-type {instance.name}: {cores} NeuronCores; the bundle needs {v.tp_degree}"
         raise InvalidInputError(msg, hint="choose a larger --instance-type")
     download_s, startup_s = timeouts(v)
     name = f"neuronc-{v.name}"[:63]
