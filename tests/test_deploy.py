@@ -429,6 +429,16 @@ def test_torchserve_handler_keys_are_the_manifest_settings(tmp_path: Path) -> No
     assert routes["/v1/completions"] == f"predictions/{_flags(archiver[0][1:])['--model-name']}"
 
 
+def test_torchserve_listens_where_the_benchmark_points(tmp_path: Path) -> None:
+    """--port sets TorchServe's inference_address (config.properties), which the start line passes."""
+    bundle = _bundle(tmp_path, "transformers-neuronx")
+    files = _files(render(bundle, "torchserve", DeployOptions(port=9000)))
+    assert "inference_address=http://0.0.0.0:9000" in files["config.properties"].splitlines()
+    start = next(line for line in files["archive.sh"].splitlines() if line.startswith("echo 'start: "))
+    assert "--ts-config config.properties" in start
+    assert _scenario(files)["spec"]["backend"]["target"] == "http://localhost:9000"
+
+
 def test_torchserve_module_paths_cover_every_class_the_backend_records() -> None:
     from neuronc.backends.transformers_neuronx import MODEL_CLASSES
     from neuronc.deploy.torchserve import TNX_MODULES

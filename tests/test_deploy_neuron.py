@@ -98,10 +98,9 @@ def test_compile_deploy_serve_one_completion(backend: str, tmp_path: Path) -> No
     if stack == "torchserve":
         subprocess.run(["sh", str(deploy / "archive.sh")], check=True)
         name = next(p.name for p in (deploy / "model_store").iterdir() if p.is_dir())
-        argv = ["torchserve", "--start", "--foreground", "--ncs", "--disable-token-auth", "--model-store",
-                str(deploy / "model_store"), "--models", name]  # fmt: skip
-        # TorchServe's inference API stays on its default port (config.properties), 8080.
-        health, url, body = "http://localhost:8080/ping", f"http://localhost:8080/predictions/{name}", {}
+        argv = ["torchserve", "--start", "--foreground", "--ncs", "--disable-token-auth", "--ts-config",
+                str(deploy / "config.properties"), "--model-store", str(deploy / "model_store"), "--models", name]  # fmt: skip
+        health, url, body = f"http://localhost:{PORT}/ping", f"http://localhost:{PORT}/predictions/{name}", {}
     else:
         argv = ["sh", str(deploy / "serve.sh")]
         health, url = f"http://localhost:{PORT}/v1/models", f"http://localhost:{PORT}/v1/completions"

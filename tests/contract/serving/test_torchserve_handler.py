@@ -105,3 +105,25 @@ def test_archive_builds_and_the_handler_loads_the_neffs(
         longest = max(manifest.profile["sequence"]["context_buckets"])
         too_long = service._entry_point([{"body": {"prompt": " ".join(["t1"] * (longest + 1))}}], service.context)
         assert "at most" in too_long[0]["error"]["message"]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_start_line_and_config_properties_parse_with_torchserves_own_code(
+    shipped: dict[str, Path], name: str, tmp_path: Path
+) -> None:
+    """The start line parses with TorchServe's argument parser; its properties reader finds --port."""
+    import shlex
+
+    from ts.arg_parser import ArgParser
+    from ts.model_server import load_properties
+
+    from neuronc.deploy import DeployOptions
+
+    out = tmp_path / "ts"
+    write(render(shipped[name], "torchserve", DeployOptions(port=9123)), out)
+    start = next(li for li in (out / "archive.sh").read_text().splitlines() if li.startswith("echo 'start: "))
+    argv = shlex.split(start.removeprefix("echo 'start: ").removesuffix("'"))
+    assert argv[0] == "torchserve"
+    args = ArgParser.ts_parser().parse_args(argv[1:])
+    assert args.start and args.ts_config == "config.properties" and args.model_store == "model_store"
+    assert load_properties(str(out / args.ts_config))["inference_address"] == "http://0.0.0.0:9123"
