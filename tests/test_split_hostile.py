@@ -331,3 +331,14 @@ def test_sharded_input_built_here_splits(tmp_path: Path) -> None:
         build(model)
         split_checkpoint(model, tmp_path / f"{build.__name__}-w", 2)
         assert check_split(tmp_path / f"{build.__name__}-w").ok
+
+
+def test_an_index_larger_than_jsons_default_limit_but_within_its_own_splits(tmp_path: Path) -> None:
+    """model.safetensors.index.json may be up to 64 MiB (the reader's limit), not the 16 MiB default."""
+    model = tmp_path / "model"
+    tiny_llama_sharded(model)
+    index_path = model / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    index["metadata"]["padding"] = "x" * (17 * 1024 * 1024)  # an index this size has ~250k tensors
+    index_path.write_text(json.dumps(index))
+    assert split_checkpoint(model, tmp_path / "w", 2).tensors == len(SHAPES)

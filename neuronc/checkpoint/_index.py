@@ -110,7 +110,7 @@ def load_index(split_dir: Path) -> dict[str, Any]:
         raw = read_bytes_limited(tree.path(INDEX_FILE), MAX_INDEX_BYTES, what=INDEX_FILE)
     except OSError as exc:
         raise InvalidInputError(f"{shown}: cannot read: {exc.strerror or exc}") from None
-    data = expect_object(parse_json(raw, where=shown, unique_keys=True), shown)
+    data = expect_object(parse_json(raw, where=shown, max_bytes=MAX_INDEX_BYTES, unique_keys=True), shown)
     if data.get("format") != INDEX_FORMAT:
         raise InvalidInputError(f"{shown}: not a neuronc split index (format is not {INDEX_FORMAT!r})")
     if data.get("format_version") != INDEX_VERSION:

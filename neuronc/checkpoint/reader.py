@@ -334,7 +334,7 @@ def _read_index(tree: ModelTree, name: str) -> dict[str, set[str] | None]:
     shown = tree.display(name)
     try:
         raw = read_bytes_limited(tree.path(name), MAX_INDEX_BYTES, what=name)
-        index = expect_object(parse_json(raw, where=shown, unique_keys=True), shown)
+        index = expect_object(parse_json(raw, where=shown, max_bytes=MAX_INDEX_BYTES, unique_keys=True), shown)
     except InvalidJsonError as exc:
         raise CheckpointError(exc.message) from None
     except OSError as exc:
