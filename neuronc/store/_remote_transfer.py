@@ -121,12 +121,15 @@ async def chunks(io: RemoteIO, rel: str, limit: int) -> AsyncIterator[bytes]:
     read = 0
     if io.is_async:
         handle = await io.fs.open_async(path, "rb")
-        while read < limit:
-            chunk = await handle.read(min(CHUNK, limit - read))
-            if not chunk:
-                return
-            read += len(chunk)
-            yield chunk
+        try:
+            while read < limit:
+                chunk = await handle.read(min(CHUNK, limit - read))
+                if not chunk:
+                    return
+                read += len(chunk)
+                yield chunk
+        finally:
+            await handle.close()  # else the HTTP response stays open until garbage collection
         return
     sync_handle = await asyncio.to_thread(io.fs.open, path, "rb")
     try:
