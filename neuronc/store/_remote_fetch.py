@@ -15,6 +15,7 @@ from neuronc.bundle import MANIFEST_NAME, FileEntry, FileProblem, Manifest, Veri
 from neuronc.bundle._files import disk_full_as_error
 from neuronc.bundle._fs import hash_fd
 from neuronc.errors import BundleFormatError
+from neuronc.fsutil import NotRegularFileError, open_regular
 from neuronc.store._records import Removed, Repair, RepairAction, StoreEntry, Verified
 from neuronc.store._remote_transfer import download_object, hash_object, object_problem, upload_files
 from neuronc.store._remote_url import OBJECTS_DIR, object_rel
@@ -139,8 +140,8 @@ def _good_local_copy(store: RemoteStore, entry: FileEntry, source: Path | None) 
     if source is not None:
         candidates.insert(0, source / entry.path)
     for path in candidates:
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with contextlib.suppress(OSError, NotRegularFileError):
+            fd = open_regular(path, follow_symlinks=False)  # a FIFO here is passed over, not waited on
             try:
                 if os.fstat(fd).st_size == entry.size and hash_fd(fd, limit=entry.size)[0] == entry.sha256:
                     return path

@@ -219,3 +219,33 @@ class _WriterSpy:
         made.finish = lined_up  # the test lines the finishes up; the store publishes through its hook
         self.made = made
         return made
+
+
+def test_repair_passes_over_a_fifo_in_the_source_instead_of_waiting_on_it(
+    bucket: str, tmp_path: Path, runner: CliRunner
+) -> None:
+    import os
+    import shutil
+
+    url = f"s3://{bucket}/ci"
+    bundle = build_bundle(tmp_path / "bundle")
+    config, _tool = _keys(bundle)
+    RemoteStore(url, cache_dir=tmp_path / "pub").publish(bundle)
+    source = tmp_path / "source"
+    shutil.copytree(bundle, source)
+    damaged = [f for f in read_manifest(bundle).files if f.role == "weights"]
+    for f in damaged:
+        _damage_same_size(f"{bucket}/ci/{object_rel(f.sha256)}", f.size)
+        (source / f.path).unlink()
+        os.mkfifo(source / f.path)  # opened for reading, a FIFO would wait for a writer forever
+    done: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: done.append(
+            _invoke(runner, "store", "verify", config[:8], "--store", url, "--repair", "--from", str(source))
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=120)
+    assert done, "store verify --repair blocked on a FIFO in --from"
+    assert "repaired" not in done[0].stdout  # no good copy of those objects: nothing was uploaded from a FIFO
