@@ -395,3 +395,23 @@ def test_lookups_import_neither_torch_nor_transformers(tmp_path: Path) -> None:
     path = _tiny_llama_profile(tmp_path)
     profile = _imported(["cache-lookup", str(path), "--snapshot", str(SNAPSHOT)], env)
     assert not profile & {"torch", "transformers", "numpy"}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"model_type": "llama", "hidden_size": None},
+        # no num_hidden_layers: the class default (36) is longer than the list given
+        {"model_type": "smollm3", "no_rope_layers": [1], "use_sliding_window": True, "sliding_window": 10},
+    ],
+    ids=["null-hidden-size", "short-no-rope-layers"],
+)
+def test_a_config_its_class_could_not_build_is_exit_2_not_a_traceback(
+    runner: CliRunner, tmp_path: Path, config: dict[str, Any]
+) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    result = invoke(runner, ["cache-lookup", str(model), "--snapshot", str(SNAPSHOT)])
+    assert result.exit_code == 2, result.output
+    assert "transformers could not build its config" in result.stderr

@@ -271,8 +271,14 @@ def emulate_diff_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
         inst["label2id"] = {f"LABEL_{i}": i for i in range(given["num_labels"])}
     if isinstance(inst.get("pruned_heads"), dict):
         inst["pruned_heads"] = {int(k): v for k, v in inst["pruned_heads"].items()}
-    for rule in _RULES.get(model_type, ()):
-        rule(inst, given, params)
+    try:
+        for rule in _RULES.get(model_type, ()):
+            rule(inst, given, params)
+    except (TypeError, ValueError, IndexError, ZeroDivisionError) as exc:
+        # The rules compute what the config class's __init__ computes; where they cannot (a null
+        # hidden_size, fewer no_rope_layers than the default layer count), neither could __init__.
+        msg = f"config.json for '{model_type}': transformers could not build its config from these values ({exc})"
+        raise ConfigError(msg) from None
     inst["model_type"] = model_type
 
     diff: dict[str, Any] = {}
