@@ -18,17 +18,22 @@ from neuronc.backends.base import (
     BackendBase,
     CompileJob,
     CompileResult,
-    distribution_version,
+    SpecProblem,
     module_present,
 )
 from neuronc.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from neuronc.spec import BuildSpec
 
-__all__ = ["BUNDLE_PLACEHOLDER", "NeuronBackend", "recorded_env"]
+__all__ = [
+    "BUNDLE_PLACEHOLDER",
+    "NeuronBackend",
+    "managed_problems",
+    "recorded_env",
+    "user_neuron_config",
+    "user_section",
+]
 
 
 # The variables of a compile's environment that the manifest records (``extra.neuron_env``).
@@ -44,6 +49,27 @@ def recorded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """What the compile ran with, as the child process sees it (for the manifest)."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k in RECORDED_ENV if k in env}
+
+
+def user_section(spec: BuildSpec, section: str) -> dict[str, Any]:
+    """The keys the profile sets under ``options.<section>`` (``neuron_config``, ``from_pretrained``), as written."""
+    value = spec.options.get(section) or {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
+    """The ``options.neuron_config`` keys the profile sets, as written."""
+    return user_section(spec, "neuron_config")
+
+
+def managed_problems(spec: BuildSpec, section: str, managed: Mapping[str, str]) -> list[SpecProblem]:
+    """A problem for each key of ``options.<section>`` that neuronc sets from a profile field."""
+    given = user_section(spec, section)
+    return [
+        SpecProblem(("options", section, key), f"set by neuronc from the profile's {field}; set it there")
+        for key, field in managed.items()
+        if key in given
+    ]
 
 
 class NeuronBackend(BackendBase):
@@ -63,20 +89,6 @@ class NeuronBackend(BackendBase):
         if not module_present(module):
             return f"{package} (metadata says {version}, but module '{module}' is not importable)"
         return None
-
-    def toolchain_versions(self) -> dict[str, str | None]:
-        versions = super().toolchain_versions()
-        for package in self.packages:
-            if versions.get(package) is None:
-                versions[package] = distribution_version(package)
-        return versions
-
-    def options(self, spec: BuildSpec) -> Any:
-        """``spec.options`` parsed by this backend's options model (the spec has passed its checks)."""
-        model: type[BaseModel] | None = self.options_model
-        if model is None:
-            return None
-        return model.model_validate(spec.options)
 
     def compile(self, job: CompileJob) -> CompileResult:
         """Check availability, then compile in a child process with this build's environment."""

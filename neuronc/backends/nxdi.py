@@ -21,13 +21,19 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator
 
-from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
+    NeuronBackend,
+    managed_problems,
+    recorded_env,
+    user_neuron_config,
+)
 from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, build_env, logical_nc_config
 from neuronc.backends._neuron_files import (
     backend_extra,
@@ -136,12 +142,6 @@ class NxdiOptions(StrictModel):
         return None if value is None else check_import_reference(value, "Class")
 
 
-def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
-    """The ``options.neuron_config`` keys the profile sets, as written."""
-    value = spec.options.get("neuron_config") or {}
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
 def model_class_for(model_type: str, model_class: str | None = None) -> tuple[str, str]:
     """The NxDI ``(module, class)`` for a checkpoint's model_type, or the ``model_class`` option."""
     if model_class:
@@ -235,11 +235,7 @@ class NxdiBackend(NeuronBackend):
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         options = NxdiOptions.model_validate(spec.options)
-        problems = [
-            SpecProblem(("options", "neuron_config", key), f"set by neuronc from the profile's {field}; set it there")
-            for key, field in MANAGED.items()
-            if key in user_neuron_config(spec)
-        ]
+        problems = managed_problems(spec, "neuron_config", MANAGED)
         if options.logical_nc_config == 2 and spec.target != "trn2":
             problems.append(
                 SpecProblem(("options", "logical_nc_config"), f"LNC 2 exists on trn2 only, not {spec.target}")

@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
+    NeuronBackend,
+    managed_problems,
+    recorded_env,
+    user_neuron_config,
+)
 from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, platform_target
 from neuronc.backends._neuron_files import (
     bundle_line,
@@ -60,12 +66,6 @@ MANAGED: dict[str, str] = {
     "target": "target",
     "local_ranks_size": "tp_degree",
 }
-
-
-def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
-    """The ``options.neuron_config`` fields the profile sets, as written."""
-    value = spec.options.get("neuron_config") or {}
-    return dict(value) if isinstance(value, Mapping) else {}
 
 
 def get_neuron_config_arguments(spec: BuildSpec) -> dict[str, Any]:
@@ -198,11 +198,7 @@ class OptimumNeuronBackend(NeuronBackend):
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         seq = spec.sequence
         user = user_neuron_config(spec)
-        problems = [
-            SpecProblem(("options", "neuron_config", key), f"set by neuronc from the profile's {field}; set it there")
-            for key, field in MANAGED.items()
-            if key in user
-        ]
+        problems = managed_problems(spec, "neuron_config", MANAGED)
         one_graph = "optimum-neuron compiles one graph at sequence.{}; it has no bucket lists (remove it, or use nxdi)"
         if seq.context_buckets != (seq.max_context_length,):
             problems.append(SpecProblem(("sequence", "context_buckets"), one_graph.format("max_context_length")))

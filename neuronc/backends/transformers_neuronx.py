@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, create_model
 
-from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends._neuron_common import (
+    BUNDLE_PLACEHOLDER,
+    NeuronBackend,
+    managed_problems,
+    recorded_env,
+    user_neuron_config,
+)
 from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, build_env, host_platform
 from neuronc.backends._neuron_files import (
     backend_extra,
@@ -186,12 +192,6 @@ def from_pretrained_kwargs(spec: BuildSpec) -> dict[str, Any]:
     return kwargs
 
 
-def user_neuron_config(spec: BuildSpec) -> dict[str, Any]:
-    """The ``options.neuron_config`` keys the profile sets, as written."""
-    value = spec.options.get("neuron_config") or {}
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
 def sanitize_file_name(key: str) -> str:
     """A tensor name as a file name: spaces to underscores, then only word characters, '-' and '.'."""
     name = re.sub(r"[^-\w.]", "", key.strip().replace(" ", "_"))
@@ -265,12 +265,7 @@ class TransformersNeuronxBackend(NeuronBackend):
         return frozenset(range(1, MAX_CORES.get(target, 1) + 1))
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
-        extra = spec.options.get("from_pretrained") or {}
-        problems = [
-            SpecProblem(("options", "from_pretrained", key), f"set by neuronc from the profile's {field}; set it there")
-            for key, field in _MANAGED.items()
-            if key in extra
-        ]
+        problems = managed_problems(spec, "from_pretrained", _MANAGED)
         model_type = model_type_for_checks(spec)
         if model_type in UNSUPPORTED_MODEL_TYPES:
             problems.append(SpecProblem(("model", "id"), UNSUPPORTED_MODEL_TYPES[model_type]))
