@@ -387,9 +387,9 @@ def test_sagemaker_timeouts_grow_with_the_bundle() -> None:
     from neuronc.deploy.sagemaker import timeouts
 
     small = ServingValues(
-        bundle="/b", model_id="m", revision=None, backend="optimum-neuron", target="inf2", tp_degree=2,
+        bundle="/b", model_id="m", backend="optimum-neuron", target="inf2", tp_degree=2,
         batch_size=1, amp="bf16", max_length=64, max_context_length=64, context_buckets=(64,),
-        token_buckets=(64,), compiler_flags=(), config_hash="0" * 64, weights="presharded", toolchain={},
+        config_hash="0" * 64, weights="presharded", toolchain={},
     )  # fmt: skip
     big = replace(small, bundle_bytes=20 * 1024**3)
     assert timeouts(small) < timeouts(big) and timeouts(big)[1] == 600 + 60 * 20

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,6 @@ class NxdiRecord:
     """What the nxdi backend recorded in ``manifest.extra["nxdi"]``: the NeuronConfig it compiled with."""
 
     neuron_config: Mapping[str, Any]
-    serving: str | None  # "vllm" when the profile asked for a build vLLM loads (options.serving)
 
     @property
     def continuous_batching(self) -> bool:
@@ -52,7 +50,6 @@ class ServingValues:
 
     bundle: str  # the bundle's path as the serving host sees it
     model_id: str
-    revision: str | None
     backend: str
     target: str
     tp_degree: int
@@ -61,14 +58,11 @@ class ServingValues:
     max_length: int
     max_context_length: int
     context_buckets: tuple[int, ...]
-    token_buckets: tuple[int, ...]
-    compiler_flags: tuple[str, ...]
     config_hash: str
     weights: str
     toolchain: Mapping[str, str | None]
     bundle_bytes: int = 0  # every file the manifest lists
     options: Mapping[str, Any] = field(default_factory=dict)
-    model_type: str | None = None
     nxdi: NxdiRecord | None = None
     tnx: TnxRecord | None = None
 
@@ -92,6 +86,16 @@ class ServingValues:
         """The longest prompt a context-encoding graph of this bundle takes (its largest context bucket)."""
         return max(self.context_buckets) if self.context_buckets else self.max_context_length
 
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence vLLM may admit: the sequence length, or the largest context bucket when shorter.
+
+        A prompt longer than the largest compiled context would fail inside the model; with
+        ``--max-model-len`` at this value vLLM's API layer refuses it first (vllm-neuron and
+        optimum-neuron's server both pass it on).
+        """
+        return min(self.max_length, self.longest_prompt)
+
     def version(self, package: str) -> str | None:
         value = self.toolchain.get(package)
         return value if isinstance(value, str) and value else None
@@ -107,27 +111,12 @@ def _get(profile: Mapping[str, Any], *keys: str) -> Any:
     return node
 
 
-def _model_type(manifest: Manifest, bundle_dir: Path) -> str | None:
-    if manifest.file("model/config.json") is None:
-        return None
-    try:
-        config = json.loads((bundle_dir / "model" / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = config.get("model_type") if isinstance(config, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def _nxdi(extra: Mapping[str, Any]) -> NxdiRecord | None:
     info = extra.get("nxdi")
     if not isinstance(info, Mapping):
         return None
     neuron_config = info.get("neuron_config")
-    serving = info.get("serving")
-    return NxdiRecord(
-        neuron_config=dict(neuron_config) if isinstance(neuron_config, Mapping) else {},
-        serving=serving if isinstance(serving, str) else None,
-    )
+    return NxdiRecord(neuron_config=dict(neuron_config) if isinstance(neuron_config, Mapping) else {})
 
 
 def _tnx(extra: Mapping[str, Any]) -> TnxRecord | None:
@@ -147,15 +136,11 @@ def _tnx(extra: Mapping[str, Any]) -> TnxRecord | None:
 
 
 def serving_values(manifest: Manifest, bundle_dir: Path, bundle_path: str | None = None) -> ServingValues:
-    """Read every serving value from the manifest (model_type from the bundle's model/config.json, if listed)."""
+    """Read every serving value from the manifest."""
     profile = manifest.profile
-    flags = manifest.hashed_inputs.get("compiler_flags")
-    raw_model = profile.get("model")
-    model: Mapping[str, Any] = raw_model if isinstance(raw_model, Mapping) else {}
     return ServingValues(
         bundle=(bundle_path or str(bundle_dir.absolute())).rstrip("/") or "/",
         model_id=str(_get(profile, "model", "id")),
-        revision=model.get("revision") if isinstance(model.get("revision"), str) else None,
         backend=manifest.backend,
         target=manifest.target,
         tp_degree=int(_get(profile, "tp_degree")),
@@ -164,16 +149,11 @@ def serving_values(manifest: Manifest, bundle_dir: Path, bundle_path: str | None
         max_length=int(_get(profile, "sequence", "max_length")),
         max_context_length=int(_get(profile, "sequence", "max_context_length")),
         context_buckets=tuple(int(b) for b in _get(profile, "sequence", "context_buckets")),
-        token_buckets=tuple(int(b) for b in _get(profile, "sequence", "token_buckets")),
-        compiler_flags=tuple(
-            str(f) for f in (flags if isinstance(flags, list) else profile.get("compiler_flags") or ())
-        ),
         config_hash=manifest.config_hash,
         weights=str(profile.get("weights") or "presharded"),
         toolchain=dict(manifest.toolchain),
         bundle_bytes=sum(entry.size for entry in manifest.files),
         options=dict(profile.get("options") or {}),
-        model_type=_model_type(manifest, bundle_dir),
         nxdi=_nxdi(manifest.extra),
         tnx=_tnx(manifest.extra),
     )

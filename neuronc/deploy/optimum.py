@@ -24,16 +24,6 @@ CONTAINER_PORT = 8080  # the entrypoint's fixed --port
 VERSIONS = ("optimum-neuron", "neuronx-cc")
 
 
-def longest_sequence(v: ServingValues) -> int:
-    """What vLLM admits: the export's sequence length, or its context length when that is shorter.
-
-    optimum-neuron passes ``--max-model-len`` = sequence length; with a shorter compiled context
-    a longer prompt would fail in the model, so the emitted files pass ``--max-model-len`` = the
-    context length after it (argparse keeps the last), which vLLM's API layer enforces.
-    """
-    return min(v.max_length, v.longest_prompt)
-
-
 def sm_on_env(v: ServingValues, model_dir: str) -> dict[str, str]:
     """The ``SM_ON_*`` variables for the optimum-neuron vLLM container (equal to the export's values)."""
     env = {
@@ -43,8 +33,8 @@ def sm_on_env(v: ServingValues, model_dir: str) -> dict[str, str]:
         "SM_ON_BATCH_SIZE": str(v.batch_size),
         "SM_ON_SEQUENCE_LENGTH": str(v.max_length),
     }
-    if longest_sequence(v) < v.max_length:
-        env["SM_ON_MAX_MODEL_LEN"] = str(longest_sequence(v))
+    if v.max_model_len < v.max_length:
+        env["SM_ON_MAX_MODEL_LEN"] = str(v.max_model_len)
     return env
 
 
@@ -77,8 +67,8 @@ def serve_argv(v: ServingValues, port: int) -> list[str]:
         "--port",
         str(port),
     ]
-    if longest_sequence(v) < v.max_length:
-        argv += ["--max-model-len", str(longest_sequence(v))]
+    if v.max_model_len < v.max_length:
+        argv += ["--max-model-len", str(v.max_model_len)]
     return argv
 
 
@@ -114,12 +104,12 @@ def render_optimum_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
         target=f"http://localhost:{options.port}",
         model=v.model_id,
         concurrency=v.batch_size * where.replicas,
-        max_prompt=longest_sequence(v),
-        max_total=longest_sequence(v),
+        max_prompt=v.max_model_len,
+        max_total=v.max_model_len,
         tokenizer=f"{v.bundle}/artifacts",
     )
     files += benchmark_files(v, endpoint)
     return Rendered(Stack.vllm, tuple(files), image=image)
 
 
-__all__ = ["CONTAINER_PORT", "entrypoint_argv", "longest_sequence", "render_optimum_vllm", "serve_argv", "sm_on_env"]
+__all__ = ["CONTAINER_PORT", "entrypoint_argv", "render_optimum_vllm", "serve_argv", "sm_on_env"]

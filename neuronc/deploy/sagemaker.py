@@ -18,7 +18,7 @@ from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
 from neuronc.deploy.images import choose_image, public
-from neuronc.deploy.optimum import longest_sequence, sm_on_env
+from neuronc.deploy.optimum import sm_on_env
 from neuronc.errors import InvalidInputError
 
 MODEL_DIR = "/opt/ml/model"
@@ -114,8 +114,8 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
         target="http://localhost:8080",
         model=v.model_id,
         concurrency=v.batch_size,
-        max_prompt=longest_sequence(v),
-        max_total=longest_sequence(v),
+        max_prompt=v.max_model_len,
+        max_total=v.max_model_len,
         api_routes={"/v1/completions": f"endpoints/{name}/invocations"},
         stream=False,
         validate=False,
