@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -168,10 +168,6 @@ class Manifest(_Record):
                 return None
             node = node.get(key)
         return node
-
-    @property
-    def schema_major(self) -> int:
-        return int(self.schema_version.split(".")[0])
 
     @property
     def model_id(self) -> str | None:
@@ -422,7 +418,3 @@ def manifest_json_schema() -> dict[str, Any]:
     schema["$id"] = "https://github.com/neuronc/neuronc/blob/main/docs/manifest.schema.json"
     schema["title"] = f"neuronc bundle manifest (schema {SCHEMA_VERSION})"
     return schema
-
-
-def iter_unique(values: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(values))

@@ -83,15 +83,6 @@ def read_manifest(bundle_dir: str | os.PathLike[str]) -> Manifest:
     return parse_manifest(raw, where=f"{safe_text(bundle_dir)}/{MANIFEST_NAME}")
 
 
-def is_complete_bundle(bundle_dir: str | os.PathLike[str]) -> bool:
-    """Whether a directory holds a readable manifest (what the store counts as a bundle)."""
-    try:
-        read_manifest(bundle_dir)
-    except BundleFormatError:
-        return False
-    return True
-
-
 # -- verify -------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import CacheMissError, InvalidInputError
+from neuronc.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from neuronc.bundle import BundleWriter, Manifest
@@ -198,14 +198,6 @@ class BundleStore(ABC):
             if best is None or rank < best[0]:
                 best = (rank, Nearest(entry.location, m, differences, same_toolchain))
         return best[1] if best else None
-
-    def fetch(self, config_hash: str, toolchain_key: str) -> Path:
-        """Like ``lookup`` but raise ``CacheMissError`` (exit 6) on a miss."""
-        path = self.lookup(config_hash, toolchain_key)
-        if path is None:
-            msg = f"{self.location}: no bundle for config {config_hash[:12]} with toolchain {toolchain_key[:12]}"
-            raise CacheMissError(msg)
-        return path
 
 
 @dataclass(frozen=True)
