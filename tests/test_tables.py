@@ -24,9 +24,11 @@ WIDTHS = (80, 120)
 
 
 def unbroken(text: str, words: Iterable[str], width: int) -> list[str]:
-    """Words (that fit a line at all) that do not appear whole on some line of ``text``."""
+    """Words (that fit a line at all) that do not appear whole (not inside a longer token) on a line of ``text``."""
     lines = text.splitlines()
-    return [w for w in words if w and not any(w in line for line in lines)]
+    return [
+        w for w in words if w and not any(re.search(rf"(?<![\w./-]){re.escape(w)}(?![\w./-])", line) for line in lines)
+    ]
 
 
 def words_of(cells: Iterable[str]) -> set[str]:
