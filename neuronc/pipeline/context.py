@@ -1,4 +1,4 @@
-"""A build resolved once: spec, backend and toolchain, plan, where the model is, and the config key.
+"""A build resolved once: spec, backend and toolchain, where the model is, the config key (and, on a miss, the plan).
 
 Every later stage reads the context; none of them resolves the model directory, the revision or
 the keys again.
@@ -16,8 +16,6 @@ from neuronc.errors import BackendUnavailableError
 from neuronc.keys import ConfigKey
 from neuronc.spec import BuildSpec
 
-# What the pipeline asks of a bundle store, local or remote: the store interface itself.
-
 
 @dataclass(frozen=True)
 class BuildContext:
@@ -28,7 +26,6 @@ class BuildContext:
     versions: dict[str, str | None]
     toolchain_key: str
     toolchain_label: str
-    plan: CompilePlan
     # The model's local directory (None: a hub model, downloaded by the resolve stage on a miss).
     model_dir: Path | None
     # The commit a hub model's revision resolves to (None for a local directory).
@@ -38,6 +35,11 @@ class BuildContext:
     @property
     def label(self) -> str:
         return self.spec.label
+
+    @cached_property
+    def plan(self) -> CompilePlan:
+        """The graphs the backend compiles: needed on a miss only (the profile loader checked the spec)."""
+        return self.backend.plan(self.spec)
 
     @cached_property
     def model_config(self) -> dict[str, Any] | None:
@@ -50,7 +52,7 @@ class BuildContext:
 
 
 def resolve_build(spec: BuildSpec, availability: Availability | None = None) -> BuildContext:
-    """Resolve a build once: its backend (which must be available), plan, model location, revision and keys.
+    """Resolve a build once: its backend (which must be available), model location, revision and keys.
 
     Imports neither torch nor transformers: a store hit is decided from this alone.
     """
@@ -65,7 +67,6 @@ def resolve_build(spec: BuildSpec, availability: Availability | None = None) -> 
         msg = f"backend '{spec.backend}' cannot compile on this machine: {availability.reason}"
         raise BackendUnavailableError(msg, hint=availability.install_hint)
     versions = dict(availability.versions)
-    plan = backend.plan(spec)
     model_dir = spec_model_dir(spec)
     revision = None if model_dir is not None else resolve_revision(spec.model.id, spec.model.revision)
     return BuildContext(
@@ -74,7 +75,6 @@ def resolve_build(spec: BuildSpec, availability: Availability | None = None) -> 
         versions=versions,
         toolchain_key=toolchain_key(versions),
         toolchain_label=toolchain_label(spec.backend, versions),
-        plan=plan,
         model_dir=model_dir,
         revision=revision,
         config=config_key(spec, resolved_revision=revision, model_dir=model_dir),
