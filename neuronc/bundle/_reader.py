@@ -34,6 +34,7 @@ from neuronc.bundle._manifest import (
 from neuronc.errors import BundleFormatError, VerificationError
 from neuronc.fsutil import plural
 from neuronc.progress import NULL_PROGRESS, ProgressSink
+from neuronc.resources import default_jobs
 
 
 def _root(bundle_dir: str | os.PathLike[str]) -> Path:
@@ -154,10 +155,6 @@ class VerifyReport:
 SMALL_BUNDLE_BYTES = 16 * 1024 * 1024
 
 
-def default_jobs() -> int:
-    return max(1, min(16, os.cpu_count() or 1))
-
-
 def verify_bundle(
     bundle_dir: str | os.PathLike[str],
     *,
@@ -174,7 +171,7 @@ def verify_bundle(
     if manifest is None:
         manifest = parse_manifest(raw, where=f"{safe_text(bundle_dir)}/{MANIFEST_NAME}")
     root = _root(bundle_dir)
-    jobs = max(1, jobs or default_jobs())
+    jobs = max(1, jobs or default_jobs(cap=16))  # the cores this process may use (affinity), at most 16
     report = VerifyReport(bundle=str(bundle_dir), jobs=jobs)
     start = time.perf_counter()
     seal = manifest_seal_problem(raw)
