@@ -144,6 +144,8 @@ def lookup_builds(
             )
             query = query.merge(contexts[key].query())
     registry = source.load(query, progress) if contexts else None
+    # The entries related to each model, compared once per model (a matrix shares them across builds).
+    related = {k: relate(registry, c)[0] for k, c in contexts.items()} if registry is not None else {}
     results = []
     for spec in specs:
         wanted = Wanted.of(spec)
@@ -151,9 +153,8 @@ def lookup_builds(
             note = "target cpu: the Neuron cache holds Neuron (inf2/trn1/trn2) artifacts only"
             results.append(BuildLookup(spec, BuildStatus.NOT_APPLICABLE, wanted, [], [], [note]))
             continue
-        context = contexts[(spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)]
-        assert registry is not None
-        results.append(_lookup_one(spec, wanted, context, registry, constraints, nearest))
+        key = (spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)
+        results.append(_lookup_one(spec, wanted, contexts[key], related[key], constraints, nearest))
     return results, registry
 
 
@@ -173,13 +174,12 @@ def _lookup_one(
     spec: BuildSpec,
     wanted: Wanted,
     context: ModelContext,
-    registry: Registry,
+    matches: Sequence[Match],
     constraints: Filters,
     nearest_count: int,
 ) -> BuildLookup:
     from neuronc.backends import get_backend
 
-    matches, _ = relate(registry, context)
     hits: list[Match] = []
     scored: list[tuple[tuple[Any, ...], Nearest]] = []
     for match in matches:
