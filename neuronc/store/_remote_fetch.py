@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.bundle import MANIFEST_NAME, FileEntry, FileProblem, Manifest, VerifyReport, read_manifest
+from neuronc.bundle import MANIFEST_NAME, FileEntry, FileProblem, Manifest, VerifyReport, read_manifest_bytes
 from neuronc.bundle._files import disk_full_as_error
 from neuronc.bundle._fs import hash_fd
 from neuronc.errors import BundleFormatError
@@ -37,8 +37,9 @@ def cached_object(store: RemoteStore, sha256: str) -> Path:
 
 
 def _same_manifest(path: Path, raw: bytes) -> bool:
+    """Whether the cached bundle at ``path`` has exactly these manifest bytes (``raw`` is already validated)."""
     try:
-        return (path / MANIFEST_NAME).read_bytes() == raw and read_manifest(path) is not None
+        return read_manifest_bytes(path) == raw
     except (OSError, BundleFormatError):
         return False
 
