@@ -589,3 +589,30 @@ def test_trn2_placement_counts_physical_cores_at_lnc_1(tmp_path: Path, lnc: int,
         return
     compose = yaml.safe_load(_files(render(bundle, "vllm", options))["docker-compose.yml"])
     assert [name for name in compose["services"] if name != "nginx"] == ["vllm-0"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (DeployOptions(instance_type="inf2.48xlarge", replicas=7), "--replicas 7: inf2.48xlarge fits 1 to 6 replicas"),
+        (DeployOptions(instance_type="inf2.48xlarge", replicas=0), "--replicas 0: inf2.48xlarge fits 1 to 6 replicas"),
+        (DeployOptions(instance_type="inf2.huge"), "--instance-type inf2.huge: not a known Neuron instance type"),
+        (DeployOptions(instance_type="trn1.32xlarge"), "is trn1; the bundle was compiled for inf2"),
+        (DeployOptions(instance_type="inf2.xlarge"), "inf2.xlarge has 2 NeuronCores; the bundle needs 4 per replica"),
+    ],
+)
+def test_compose_placement_refusals_name_the_instance_and_its_limits(
+    tmp_path: Path, options: DeployOptions, message: str
+) -> None:
+    toolchain = {"neuronx-cc": "2.23.6484.0+3b612583", "neuronx-distributed-inference": "0.8.16251+f3ca5575"}
+    bundle = _bundle(tmp_path, "nxdi", toolchain=toolchain, tp_degree=4, sequence=FULL)
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        render(bundle, "vllm", options)
+
+
+def test_sagemakers_ml_prefix_is_accepted_for_the_instance_type(tmp_path: Path) -> None:
+    toolchain = {"neuronx-cc": "2.23.6484.0+3b612583", "neuronx-distributed-inference": "0.8.16251+f3ca5575"}
+    bundle = _bundle(tmp_path, "nxdi", toolchain=toolchain, tp_degree=4, sequence=FULL)
+    rendered = render(bundle, "vllm", DeployOptions(instance_type="ml.inf2.48xlarge", replicas=2))
+    compose = yaml.safe_load(_files(rendered)["docker-compose.yml"])
+    assert sorted(s for s in compose["services"] if s != "nginx") == ["vllm-0", "vllm-1"]
