@@ -222,6 +222,39 @@ def test_eager_wrappers_match_hf_generate(family: str, tmp_path: Path) -> None:
         assert max(float((a - b).abs().max()) for a, b in zip(got.logits, logits, strict=True)) < 1e-4
 
 
+def test_position_layer_accepts_every_call_the_installed_transformers_makes() -> None:
+    """``_PositionLayer.update`` must accept every call shape ``StaticLayer.update`` accepts.
+
+    transformers changed how attention calls the cache between releases (4.57: ``cache_kwargs``
+    positionally; 5.24: ``kwargs=`` by keyword); binding the base class's parameters to ours, with
+    values in every position the base allows, catches the next change on whatever release CI resolves.
+    """
+    import inspect
+
+    from transformers.cache_utils import StaticLayer
+
+    from neuronc.backends._inductor_graphs import _PositionLayer
+
+    ours = inspect.signature(_PositionLayer.update)
+    base = inspect.signature(StaticLayer.update)
+    positional: list[object] = []
+    keywords: dict[str, object] = {}
+    for name, parameter in base.parameters.items():
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            positional.extend(["extra-1", "extra-2"])
+        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
+            keywords.update(kwargs={"cache_position": None}, cache_kwargs={"sliding_window": None})
+        elif parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+            keywords[name] = name
+        else:
+            positional.append(name)
+    ours.bind(*positional, **keywords)
+    # The shapes the supported model families' attention modules use in the releases we claim.
+    ours.bind("self", "k", "v", {"cache_position": None})
+    ours.bind("self", "k", "v", kwargs={"cache_position": None})
+    ours.bind("self", "k", "v", cache_kwargs={"cache_position": None})
+
+
 def test_eager_ragged_batch_matches_row_by_row(tmp_path: Path) -> None:
     from neuronc.backends._inductor_runtime import eager_runner
 

@@ -100,7 +100,11 @@ class _PositionLayer(StaticLayer):
         self._window = window
         self._return_cache = return_cache
 
-    def update(self, key_states: Any, value_states: Any, cache_kwargs: Any = None) -> tuple[Any, Any]:
+    def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        # Whatever else the caller passes is ignored: positions come from ``position_ids``. The
+        # call shape changed across transformers releases (4.57 passes ``cache_kwargs`` positionally,
+        # 5.24 ``kwargs=``), so this accepts every call the base class accepts
+        # (tests/test_inductor.py checks that against the installed release).
         keys: Any = self.keys
         values: Any = self.values
         batch, heads, length, dim = key_states.shape
