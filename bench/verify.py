@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from neuronc.bundle import BundleWriter, verify_bundle
+from neuronc.bundle import BuildRecord, BundleWriter, verify_bundle
 
 BLOCK = 16 * 1024 * 1024
 
@@ -45,9 +45,16 @@ def build(dest: Path, size: int, files: int) -> tuple[list[Path], int]:
         for i in range(8):
             writer.write_bytes(f"artifacts/graph{i}.neff", os.urandom(256 * 1024))
         writer.write_text("model/config.json", "{}\n")
-        path = writer.finish(
-            {"backend": "bench", "target": "cpu", "profile": {"model": {"id": "bench/model"}}, "config_hash": "0" * 64}
+        record = BuildRecord(
+            backend="bench",
+            target="cpu",
+            profile={"model": {"id": "bench/model"}},
+            config_hash="0" * 64,
+            hashed_fields=(),
+            hashed_inputs={},
+            toolchain={},
         )
+        path = writer.finish(record)
     paths = sorted(p for p in path.rglob("*") if p.is_file())
     return paths, sum(p.stat().st_size for p in paths)
 

@@ -156,7 +156,7 @@ class Output:
             return
         cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
         width = self.stdout.width
-        layout = plan_table(list(columns), cells, width, optional=optional, wide=self.wide)
+        layout = fit_columns(list(columns), cells, width, optional=optional, wide=self.wide)
         if layout is None:
             self._stacked(list(columns), cells, title)
             return
@@ -261,7 +261,7 @@ def _words(text: str) -> list[str]:
     return text.split() or [""]
 
 
-def plan_table(
+def fit_columns(
     columns: list[str], cells: list[list[str]], width: int, *, optional: Sequence[str] = (), wide: bool = False
 ) -> tuple[list[int], list[int]] | None:
     """Which columns to show and how wide, so that no word is broken; None: print rows stacked.

@@ -186,25 +186,6 @@ def read_prompts(path: str | os.PathLike[str]) -> list[str]:
     return prompts
 
 
-def load_reference_model(bundle_dir: Path, dtype_name: str) -> Any:
-    """The HF eager model from the bundle's model/config.json and weights/, in the bundle's dtype."""
-    from neuronc.backends import _inductor_graphs as graphs
-    from neuronc.backends._inductor_runtime import load_weights
-
-    config = graphs.load_config(bundle_dir / "model")
-    model = graphs.build_model(config, graphs.DTYPES[dtype_name])
-    state = load_weights(bundle_dir)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
-    missing = [k for k in missing if k not in tied]
-    if missing or unexpected:
-        details = [f"missing: {k}" for k in missing[:20]] + [f"unexpected: {k}" for k in unexpected[:20]]
-        raise VerificationError(f"{bundle_dir}: the weights do not match the model config", details=details)
-    if tied:
-        model.tie_weights()
-    return model
-
-
 def verify_accuracy(
     bundle_dir: str | os.PathLike[str],
     prompts: Sequence[str] | None = None,
@@ -218,16 +199,18 @@ def verify_accuracy(
 
     import torch
 
-    from neuronc.runtime import load
+    from neuronc.runtime import runnable_backend
 
     started = time.perf_counter()
     root = Path(bundle_dir)
-    runner = runner if runner is not None else load(root)
+    backend = runnable_backend(root)
+    runner = runner if runner is not None else backend.load(root)
     dtype_name = str(runner.index["dtype"])
     tolerance = DEFAULT_TOL.get(dtype_name, 1e-3) if tol is None else float(tol)
     if tolerance < 0:
         raise InvalidInputError(f"tol must be >= 0, got {tol}")
-    reference = load_reference_model(root, dtype_name)
+    # The backend builds what its bundles are compared with (the HF eager model for inductor).
+    reference = backend.reference_model(root, dtype_name)
     eos = sorted(runner.eos_token_ids)
     report = AccuracyReport(str(root), dtype_name, tolerance, max_new_tokens)
     for prompt in list(prompts) if prompts is not None else list(DEFAULT_PROMPTS):

@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from neuronc.backends.base import Backend
 from neuronc.errors import NeuroncError, is_client_library_error, is_network_error, short_reason
+from neuronc.pipeline.context import UNRESOLVED
 from neuronc.preflight import Estimate, estimate, load_model_config
 from neuronc.spec import BuildSpec
 
@@ -58,10 +60,16 @@ class BuildPlan:
     hf_cache: HfCacheStatus
     estimate: Estimate
     graphs: list[dict[str, Any]]
+    backend: Backend
 
     @property
     def label(self) -> str:
         return self.estimate.label
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the build's key is known (a hub model's revision resolved)."""
+        return self.config_hash != UNRESOLVED
 
     def to_json(self) -> dict[str, Any]:
         spec = self.spec
@@ -75,7 +83,7 @@ class BuildPlan:
             "target": spec.target,
             "tp_degree": spec.tp_degree,
             "batch_size": spec.batch_size,
-            "key": self.config_hash[:12],
+            "key": self.config_hash[:12] if self.resolved else UNRESOLVED,
             "config_hash": self.config_hash,
             "toolchain_key": self.toolchain_key,
             "toolchain_label": self.toolchain_label,
@@ -103,29 +111,31 @@ def plan_builds(
     ``online``, the Hub; without either, or when the lookup cannot be made, its status is "unknown".
     Nothing here raises for a build that does not fit: see ``Estimate.fits``.
     """
-    from neuronc.backends import get_backend
-    from neuronc.keys import config_key, toolchain_key, toolchain_label
+    from neuronc.pipeline.context import resolve_build
     from neuronc.store import open_store
 
     resolved = open_store(store)
     hf_statuses = hf_cache_statuses(specs, snapshot=snapshot, online=online)
     plans: list[BuildPlan] = []
     for index, spec in enumerate(specs):
-        backend = get_backend(spec.backend)
-        availability = backend.availability()
-        versions = dict(availability.versions or backend.toolchain_versions())
-        missing = sorted(name for name, version in versions.items() if version is None)
-        config = config_key(spec)
-        tool_key = toolchain_key(versions)
-        store_status = resolved.probe(config.hash, tool_key).to_json()
+        ctx = resolve_build(spec, strict=False)
+        availability = ctx.availability
+        missing = sorted(name for name, version in ctx.versions.items() if version is None)
+        if ctx.config_key is None:
+            reason = ctx.unresolved.message if ctx.unresolved is not None else UNRESOLVED
+            store_status: dict[str, Any] = {"status": UNRESOLVED, "store": resolved.location, "note": reason}
+        else:
+            store_status = resolved.probe(ctx.config_key.hash, ctx.toolchain_key).to_json()
         if not availability.available:
             store_status["note"] = (
                 f"the {spec.backend} toolchain is not installed here ({availability.reason}); "
                 "a hit is judged for the versions installed here, the compile runner's may differ"
             )
         hf = hf_statuses[index]
-        plan = get_backend(spec.backend).plan(spec)
-        est = estimate(spec, load_model_config(spec), jobs=jobs, graphs=len(plan.graphs), host_ram=host_ram)
+        plan = ctx.plan
+        est = estimate(
+            spec, load_model_config(spec), backend=ctx.backend, graphs=len(plan.graphs), jobs=jobs, host_ram=host_ram
+        )
         graphs = [
             {
                 **graph.to_json(),
@@ -138,14 +148,15 @@ def plan_builds(
         plans.append(
             BuildPlan(
                 spec=spec,
-                config_hash=config.hash,
-                toolchain_key=tool_key,
-                toolchain_label=toolchain_label(spec.backend, versions),
+                config_hash=ctx.key_text,
+                toolchain_key=ctx.toolchain_key,
+                toolchain_label=ctx.toolchain_label,
                 toolchain_missing=missing,
                 store=store_status,
                 hf_cache=hf,
                 estimate=est,
                 graphs=graphs,
+                backend=ctx.backend,
             )
         )
     return plans
@@ -211,7 +222,9 @@ class MatrixEntry:
 
     profile: str | None
     build: int
-    config_hash: str
+    # None when the model's revision cannot be resolved here (``unresolved`` says why).
+    config_hash: str | None
+    unresolved: str | None
     name: str
     model: str
     backend: str
@@ -223,8 +236,8 @@ class MatrixEntry:
     graphs: int
 
     @property
-    def key(self) -> str:
-        return self.config_hash[:12]
+    def key(self) -> str | None:
+        return self.config_hash[:12] if self.config_hash is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -251,22 +264,24 @@ def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
     instance of the target's family with tp NeuronCores and the estimated host RAM for compile
     (``cpu`` for the CPU target).
     """
-    from neuronc.instances import choose_runner
-    from neuronc.keys import config_key
+    from neuronc.hardware import choose_runner
+    from neuronc.pipeline.context import resolve_build
 
     entries = []
     for spec in specs:
-        est = estimate(spec, load_model_config(spec))
+        ctx = resolve_build(spec, strict=False)
+        est = estimate(spec, load_model_config(spec), backend=ctx.backend, graphs=len(ctx.plan.graphs))
         host = max(est.host_compile_bytes or 0, est.host_split_bytes or 0) or None
         entries.append(
             MatrixEntry(
                 profile=spec.profile_path,
                 build=spec.build_index,
-                config_hash=config_key(spec).hash,
+                config_hash=ctx.config_key.hash if ctx.config_key is not None else None,
+                unresolved=ctx.unresolved.message if ctx.unresolved is not None else None,
                 name=spec.name or spec.model.id,
                 model=spec.model.id,
                 backend=spec.backend,
-                target=spec.target,
+                target=str(spec.target),
                 tp_degree=spec.tp_degree,
                 batch_size=spec.batch_size,
                 runner=choose_runner(spec.target, spec.tp_degree, host_bytes=host, options=spec.options),

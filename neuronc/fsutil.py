@@ -1,7 +1,7 @@
 """Small file-system helpers every layer uses: atomic writes, safe opens and walks, sizes, free space.
 
 Bundle-specific access (opening paths inside a bundle without following links at any step) lives
-in ``neuronc.bundle._fs``; this module is for files neuronc writes or reads that are not bundles.
+in ``neuronc.bundle.fs``; this module is for files neuronc writes or reads that are not bundles.
 Kept free of heavy imports.
 """
 
@@ -190,6 +190,17 @@ def check_free_space(path: str | os.PathLike[str], needed: int, *, what: str) ->
             f"{os.fspath(path)}: not enough space for {what}: needs {format_bytes(needed)}, {format_bytes(free)} free"
         )
         raise error
+
+
+@contextlib.contextmanager
+def disk_full_as_error(path: str | os.PathLike[str], needed: int | None = None) -> Iterator[None]:
+    """Turn ENOSPC/EDQUOT raised inside the block into DiskFullError (exit 5) naming ``path`` and ``needed``."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise disk_full_error(path, needed, exc) from exc
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,17 +49,49 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def effective_compiler_flags(spec: BuildSpec, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The compiler flags that reach the compiler, as the backend applies them (cache-location flags aside).
+class CompilerFlagsMode(StrEnum):
+    """How a backend applies compiler flags (what the config hash may count as applied)."""
+
+    # Nothing reads compiler flags: ``compiler.flags`` in a profile is refused at validate time.
+    NONE = "none"
+    # The profile's ``compiler.flags`` reach the compiler; NEURON_CC_FLAGS is not read.
+    PROFILE = "profile"
+    # The profile's flags and NEURON_CC_FLAGS from the environment both reach the compiler.
+    PROFILE_AND_ENV = "profile+env"
+
+
+# Flags that choose where libneuronxla's persistent cache lives; libneuronxla consumes them and
+# neuronx-cc never sees them (aws-neuron/aws-neuron-sdk
+# about-neuron/arch/neuron-features/neuron-caching.rst). They never change what is compiled.
+CACHE_LOCATION_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
+
+
+def applied_compiler_flags(
+    mode: CompilerFlagsMode, profile_flags: Sequence[str], environ: Mapping[str, str]
+) -> list[str]:
+    """The compiler flags a compile applies, as the backend's ``compiler_flags_mode`` says.
+
+    What the config hash should cover: profile flags where they reach the compiler, NEURON_CC_FLAGS
+    where the backend reads it, never the cache-location flags.
+    """
+    if mode is CompilerFlagsMode.NONE:
+        flags: list[str] = []
+    elif mode is CompilerFlagsMode.PROFILE:
+        flags = list(profile_flags)
+    else:
+        flags = [*profile_flags, *shlex.split(environ.get("NEURON_CC_FLAGS", ""))]
+    return [f for f in flags if not f.startswith(CACHE_LOCATION_FLAGS)]
+
+
+def effective_compiler_flags(
+    spec: BuildSpec, mode: CompilerFlagsMode, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """The compiler flags that reach the compiler, as the build's backend applies them (``mode``).
 
     The profile's ``compiler.flags`` count where the backend passes them on; ``NEURON_CC_FLAGS``
     from the environment counts where the backend's compiler reads it. A flag nothing applies is
     not hashed (it would make two identical builds look different).
     """
-    from neuronc.backends import get_backend
-    from neuronc.backends.base import applied_compiler_flags
-
-    mode = get_backend(spec.backend).compiler_flags_mode
     return applied_compiler_flags(mode, spec.compiler_flags, os.environ if environ is None else environ)
 
 
@@ -118,7 +152,10 @@ class ConfigKey:
 
 
 def hashed_inputs(
-    spec: BuildSpec, identity: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    spec: BuildSpec,
+    identity: Mapping[str, Any],
+    flags_mode: CompilerFlagsMode,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     seq = spec.sequence
     return {
@@ -135,26 +172,26 @@ def hashed_inputs(
         "sequence.token_buckets": list(seq.token_buckets),
         "weights": spec.weights,
         "options": spec.options,
-        "compiler_flags": effective_compiler_flags(spec, environ),
+        "compiler_flags": effective_compiler_flags(spec, flags_mode, environ),
     }
 
 
 def config_key(
     spec: BuildSpec,
     *,
-    resolved_revision: str | None = None,
-    model_dir: Path | None = None,
+    flags_mode: CompilerFlagsMode,
+    model_dir: Path | None,
+    revision: str | None,
     environ: Mapping[str, str] | None = None,
 ) -> ConfigKey:
-    """Compute a build's config hash (full 64 hex digits) and keep the hashed inputs.
+    """A build's config hash (full 64 hex digits) and the hashed inputs.
 
-    ``model_dir`` is the model's local directory when the pipeline has resolved it; otherwise it is
-    looked up from the profile (relative to the profile's directory, then the working directory).
+    ``model_dir`` is the model's local directory (None: a hub model, identified by ``revision``,
+    the commit its revision resolved to); ``flags_mode`` is how the build's backend applies
+    compiler flags. ``neuronc.pipeline.resolve_build`` works all three out, once per build.
     """
-    if model_dir is None:
-        model_dir = spec_model_dir(spec)
-    identity = model_identity(spec, model_dir=model_dir, resolved_revision=resolved_revision)
-    inputs = hashed_inputs(spec, identity, environ)
+    identity = model_identity(spec, model_dir=model_dir, resolved_revision=revision)
+    inputs = hashed_inputs(spec, identity, flags_mode, environ)
     return ConfigKey(hash=sha256_text(canonical_json(inputs)), inputs=inputs)
 
 
@@ -171,18 +208,15 @@ def toolchain_key(versions: Mapping[str, str | None]) -> str:
     return sha256_text(canonical_json(dict(versions)))
 
 
-def toolchain_label(backend: str, versions: Mapping[str, str | None]) -> str:
+def toolchain_label(backend: str, main_package: str | None, versions: Mapping[str, str | None]) -> str:
     """A short, human-readable name for a toolchain (store directory names); not an identity.
 
     ``<backend>-<main package><version>-<toolchain key[:8]>``; the main package is the one the
     backend names (``toolchain_package``). Lookups match on the key suffix only, so the readable
     part may differ between hosts without the backend installed.
     """
-    from neuronc.backends import get_backend, is_registered
-
-    main = get_backend(backend).toolchain_package if is_registered(backend) else None
-    version = versions.get(main) if main else None
-    label = f"{backend}-{main}{version}" if version and main else backend
+    version = versions.get(main_package) if main_package else None
+    label = f"{backend}-{main_package}{version}" if version and main_package else backend
     safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in label)
     return f"{safe}-{toolchain_key(versions)[:8]}"
 

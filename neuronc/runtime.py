@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import BackendUnavailableError, BundleFormatError
+
+if TYPE_CHECKING:
+    from neuronc.backends.base import Backend
 
 
 def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
@@ -37,6 +40,11 @@ def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
 
 def load(bundle_dir: str | os.PathLike[str]) -> Any:
     """Load a bundle for generation; an object with ``generate(prompt, max_new_tokens, ...)``."""
+    return runnable_backend(bundle_dir).load(bundle_dir)
+
+
+def runnable_backend(bundle_dir: str | os.PathLike[str]) -> Backend:
+    """The backend that built a bundle, if it can run the bundle here (BackendUnavailableError, exit 5, if not)."""
     from neuronc.backends import get_backend
 
     name = bundle_backend(bundle_dir)
@@ -51,4 +59,4 @@ def load(bundle_dir: str | os.PathLike[str]) -> Any:
         raise BackendUnavailableError(
             f"backend '{name}' is not available: {availability.reason}", hint=availability.install_hint
         )
-    return backend.load(bundle_dir)
+    return backend

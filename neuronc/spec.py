@@ -7,14 +7,50 @@ downstream only reads them.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TARGETS = ("inf2", "trn1", "trn2", "cpu")
-NEURON_TARGETS = ("inf2", "trn1", "trn2")
-AMP_TO_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-WEIGHT_MODES = ("presharded", "on-load", "reference")
+
+class Target(StrEnum):
+    """The hardware a build compiles for."""
+
+    INF2 = "inf2"
+    TRN1 = "trn1"
+    TRN2 = "trn2"
+    CPU = "cpu"
+
+
+class Amp(StrEnum):
+    """The dtype a build computes in, as profiles spell it."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class WeightsMode(StrEnum):
+    """How a bundle carries its weights."""
+
+    PRESHARDED = "presharded"  # tensor-parallel rank shards in weights/
+    ON_LOAD = "on-load"  # sharded from the bundled checkpoint when loaded
+    REFERENCE = "reference"  # read from the original checkpoint when loaded
+
+
+class ServingStack(StrEnum):
+    """A serving stack that loads bundles (``Backend.serving_stacks``, ``neuronc deploy --for``)."""
+
+    vllm = "vllm"
+    tgi = "tgi"
+    torchserve = "torchserve"
+    sagemaker = "sagemaker"
+
+
+TARGETS = tuple(t.value for t in Target)
+NEURON_TARGETS = tuple(t.value for t in Target if t is not Target.CPU)
+AMP_TO_DTYPE = {Amp.FP32: "float32", Amp.FP16: "float16", Amp.BF16: "bfloat16"}
+WEIGHT_MODES = tuple(w.value for w in WeightsMode)
 TASKS = ("text-generation", "feature-extraction", "text-classification", "fill-mask", "token-classification")
 
 PositiveInt = Annotated[int, Field(ge=1, le=1 << 20, strict=True)]
@@ -43,13 +79,15 @@ class BuildSpec(StrictModel):
     """One fully resolved build: what a backend compiles into one bundle."""
 
     model: ModelSection
+    # A name in the backend registry: an open set (third-party backends register their own), so a
+    # string checked against the registry when the profile loads, not an enum.
     backend: str
-    target: str
+    target: Target
     tp_degree: int
     batch_size: int
-    amp: str
+    amp: Amp
     sequence: ResolvedSequence
-    weights: str
+    weights: WeightsMode
     compiler_flags: tuple[str, ...]
     options: dict[str, Any]
     # Not part of the config hash:
@@ -82,9 +120,13 @@ __all__ = [
     "TARGETS",
     "TASKS",
     "WEIGHT_MODES",
+    "Amp",
     "BuildSpec",
     "ModelSection",
     "PositiveInt",
     "ResolvedSequence",
+    "ServingStack",
     "StrictModel",
+    "Target",
+    "WeightsMode",
 ]

@@ -141,12 +141,12 @@ RECORD: dict[str, list[Name]] = {
 # checks that each of these is in every record of its package (found there, or listed as missing).
 NEURONC_CALLS: dict[str, dict[str, str]] = {
     "neuronx-distributed-inference": {
-        f"{NXDI_HF}.load_pretrained_config": "neuronc/backends/nxdi.py:286",
-        f"{NXDI_HF}.HuggingFaceGenerationAdapter": "neuronc/backends/nxdi.py:343 (load snippet)",
-        f"{NXDI_CONFIG}.NeuronConfig": "neuronc/backends/nxdi.py:285 (get_neuron_config_cls()(**kwargs))",
-        f"{NXDI_CONFIG}.InferenceConfig.load": "neuronc/backends/nxdi.py:334 (load snippet, reference weights)",
+        f"{NXDI_HF}.load_pretrained_config": "neuronc/backends/neuron/nxdi.py:286",
+        f"{NXDI_HF}.HuggingFaceGenerationAdapter": "neuronc/backends/neuron/nxdi.py:343 (load snippet)",
+        f"{NXDI_CONFIG}.NeuronConfig": "neuronc/backends/neuron/nxdi.py:285 (get_neuron_config_cls()(**kwargs))",
+        f"{NXDI_CONFIG}.InferenceConfig.load": "neuronc/backends/neuron/nxdi.py:334 (load snippet, reference weights)",
         **{
-            f"neuronx_distributed_inference.models.{m}.{c}{suffix}": f"neuronc/backends/nxdi.py:{line}"
+            f"neuronx_distributed_inference.models.{m}.{c}{suffix}": f"neuronc/backends/neuron/nxdi.py:{line}"
             for m, c in (
                 ("llama.modeling_llama", "NeuronLlamaForCausalLM"),
                 ("mistral.modeling_mistral", "NeuronMistralForCausalLM"),
@@ -167,9 +167,9 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
         },
     },
     "transformers-neuronx": {
-        "transformers_neuronx.NeuronConfig": "neuronc/backends/transformers_neuronx.py:302",
+        "transformers_neuronx.NeuronConfig": "neuronc/backends/neuron/transformers_neuronx.py:302",
         **{
-            f"transformers_neuronx.{c}{suffix}": f"neuronc/backends/transformers_neuronx.py:{line}"
+            f"transformers_neuronx.{c}{suffix}": f"neuronc/backends/neuron/transformers_neuronx.py:{line}"
             for c in (
                 "BloomForSampling",
                 "GPT2ForSamplingWithContextBroadcasting",
@@ -190,7 +190,7 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
             )
         },
     },
-    "torch-neuronx": {"torch_neuronx.trace": "neuronc/backends/torch_neuronx.py:188"},
+    "torch-neuronx": {"torch_neuronx.trace": "neuronc/backends/neuron/torch_neuronx.py:188"},
     "neuronx-distributed": {},
 }
 

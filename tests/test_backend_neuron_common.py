@@ -9,7 +9,8 @@ import pytest
 from sdk_doubles.fixtures import make_spec
 
 from neuronc.backends import get_backend
-from neuronc.backends._neuron_env import (
+from neuronc.backends.base import CompileJob
+from neuronc.backends.neuron.env import (
     DEFAULT_COMPILE_CACHE,
     build_env,
     host_platform,
@@ -17,8 +18,8 @@ from neuronc.backends._neuron_env import (
     platform_target,
     split_cache_flags,
 )
-from neuronc.backends.base import CompileJob, CompilerFlagsMode, applied_compiler_flags
 from neuronc.errors import ProfileError
+from neuronc.keys import CompilerFlagsMode, applied_compiler_flags
 
 PROFILE = """
 model: {id: org/model}

@@ -38,8 +38,8 @@ from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.backends import get_backend
-from neuronc.backends._neuron_env import host_platform, neuron_device_present
-from neuronc.backends.base import BUNDLE_PLACEHOLDER
+from neuronc.backends.neuron.env import host_platform, neuron_device_present
+from neuronc.bundle import BUNDLE_PLACEHOLDER
 from neuronc.cli import app
 
 REPO = Path(__file__).resolve().parent.parent

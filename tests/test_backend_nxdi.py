@@ -12,8 +12,8 @@ from sdk_doubles import write_dist_info
 from sdk_doubles.fixtures import bundle_with_extra, files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
-from neuronc.backends._neuron_isolated import COMPILE_LOG
-from neuronc.backends.nxdi import MODEL_CLASSES, model_class_for, neuron_config_kwargs
+from neuronc.backends.neuron.isolated import COMPILE_LOG
+from neuronc.backends.neuron.nxdi import MODEL_CLASSES, model_class_for, neuron_config_kwargs
 from neuronc.errors import (
     BackendUnavailableError,
     CompileError,
@@ -354,8 +354,8 @@ def test_importing_the_backend_imports_no_sdk_or_torch() -> None:
     import subprocess
 
     code = (
-        "import sys, neuronc.backends.nxdi, neuronc.backends.optimum_neuron, neuronc.backends.transformers_neuronx, "
-        "neuronc.backends.torch_neuronx; "
+        "import sys, neuronc.backends.neuron.nxdi, neuronc.backends.neuron.optimum_neuron, neuronc.backends.neuron.transformers_neuronx, "
+        "neuronc.backends.neuron.torch_neuronx; "
         "print(sorted(m for m in ('torch', 'transformers', 'torch_neuronx', 'optimum') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -10,8 +10,8 @@ import pytest
 from sdk_doubles.fixtures import files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
-from neuronc.backends._optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OptimumNeuronConfig
-from neuronc.backends.optimum_neuron import (
+from neuronc.backends.neuron.optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OptimumNeuronConfig
+from neuronc.backends.neuron.optimum_neuron import (
     export_command,
     get_neuron_config_arguments,
     neuron_config_kwargs,

@@ -3,7 +3,7 @@
 Every double that stands in for an SDK callable neuronc calls binds its calls against the recorded
 signature of the Neuron SDK release neuronc targets, so it refuses what the real API would refuse;
 a double whose own signature differs from the record fails here. The optimum-neuron double is held
-to the constructor recorded in ``neuronc.backends._optimum_fields`` (which the contract test checks
+to the constructor recorded in ``neuronc.backends.neuron.optimum_fields`` (which the contract test checks
 against the real optimum-neuron 0.4.5).
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import sdk_signatures as sigs
 
-from neuronc.backends import nxdi, transformers_neuronx
-from neuronc.backends._optimum_fields import NXD_NEURON_CONFIG_PARAMETERS
+from neuronc.backends.neuron import nxdi, transformers_neuronx
+from neuronc.backends.neuron.optimum_fields import NXD_NEURON_CONFIG_PARAMETERS
 
 DOUBLE_MODULES = (
     "neuronx_distributed_inference.models.config",

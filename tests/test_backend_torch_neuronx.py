@@ -13,7 +13,7 @@ import torch
 from sdk_doubles.fixtures import files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
-from neuronc.backends.torch_neuronx import compiler_args, trace_calls
+from neuronc.backends.neuron.torch_neuronx import compiler_args, trace_calls
 from neuronc.errors import InvalidInputError
 from neuronc.profile import load_profile
 

@@ -11,7 +11,7 @@ import torch
 from sdk_doubles.fixtures import files_under, make_job, make_spec
 
 from neuronc.backends import get_backend
-from neuronc.backends.transformers_neuronx import (
+from neuronc.backends.neuron.transformers_neuronx import (
     from_pretrained_kwargs,
     model_class_for,
     sanitize_file_name,

@@ -1,4 +1,4 @@
-"""The compile pipeline (neuronc.build) with the real store, writer, splitter and reader.
+"""The compile pipeline (neuronc.pipeline) with the real store, writer, splitter and reader.
 
 Only the backend is a double (tests/plugins/pipeline_backend.py, registered like a plugin).
 """

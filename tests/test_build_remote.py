@@ -13,9 +13,9 @@ from plugins import pipeline_backend
 from typer.testing import CliRunner
 
 from neuronc._output import out
-from neuronc.build import compile_profiles
 from neuronc.bundle import verify_bundle
 from neuronc.cli import app
+from neuronc.pipeline import compile_profiles
 from neuronc.store import RemoteStore
 
 pytestmark = pytest.mark.s3

@@ -6,17 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from plugins.fake_backend import build_bundle, make_spec
+from plugins.fake_backend import build_bundle, make_spec, spec_key
 
 from neuronc.bundle import (
     SCHEMA_VERSION,
+    BuildRecord,
     BundleExistsError,
     BundleWriter,
     read_manifest,
     verify_bundle,
 )
 from neuronc.errors import BundleFormatError, VerificationError
-from neuronc.keys import config_key
 
 
 def test_written_bundle_reads_back_and_verifies(tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_written_bundle_reads_back_and_verifies(tmp_path: Path) -> None:
     assert raw.startswith('{\n  "schema_version": "' + SCHEMA_VERSION + '"')
     m = read_manifest(bundle)
     assert m.backend == "fake" and m.target == "inf2" and m.tp_degree == 2 and m.dtype == "bfloat16"
-    assert m.config_hash == config_key(make_spec(options={"artifact_bytes": 4096})).hash
+    assert m.config_hash == spec_key(make_spec(options={"artifact_bytes": 4096})).hash
     assert [s.rank for s in m.shards] == [0, 1]
     assert {g.name for g in m.graphs} == {"cte-b1-s64", "cte-b1-s128", "tkg-b1-s128", "tkg-b1-s256"}
     assert "logs/compile.log" in {f.path for f in m.files}  # adopted at finish
@@ -63,7 +63,7 @@ def test_existing_destination_needs_overwrite(tmp_path: Path) -> None:
         BundleWriter(first)
     with BundleWriter(first, overwrite=True) as w:
         w.write_bytes("artifacts/new", b"new")
-        w.finish({"spec": make_spec(), "config_key": config_key(make_spec()), "toolchain": {}})
+        w.finish(BuildRecord.for_build(make_spec(), spec_key(make_spec()), {}))
     assert [f.path for f in read_manifest(first).files] == ["artifacts/new"]
     assert verify_bundle(first).ok
 

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugins.fake_backend import build_bundle, make_spec
+from plugins.fake_backend import build_bundle, make_spec, spec_key
 from typer.testing import CliRunner
 
 from neuronc.bundle import (
     COMPATIBLE,
     IDENTICAL,
     INCOMPATIBLE,
+    BuildRecord,
     BundleWriter,
     compare_toolchain,
     read_manifest,
@@ -22,13 +23,12 @@ from neuronc.bundle import (
 )
 from neuronc.bundle import _manifest as manifest_module
 from neuronc.cli import app
-from neuronc.keys import config_key
 
 
 def _manifest(tmp_path: Path, toolchain: dict[str, str | None]) -> Any:
     with BundleWriter(tmp_path / "b") as w:
         w.write_bytes("artifacts/a", b"a")
-        path = w.finish({"spec": make_spec(), "config_key": config_key(make_spec()), "toolchain": toolchain})
+        path = w.finish(BuildRecord.for_build(make_spec(), spec_key(make_spec()), toolchain))
     return read_manifest(path)
 
 
@@ -88,7 +88,7 @@ def test_writer_refuses_symlinks_and_lying_producers(tmp_path: Path) -> None:
     with BundleWriter(tmp_path / "b") as w:
         (w.artifacts_dir / "link").symlink_to(tmp_path / "secret")
         with pytest.raises(ValueError, match="regular files only"):
-            w.finish({"spec": make_spec(), "config_key": config_key(make_spec()), "toolchain": {}})
+            w.finish(BuildRecord.for_build(make_spec(), spec_key(make_spec()), {}))
     assert not (tmp_path / "b").exists()
     with BundleWriter(tmp_path / "c") as w:
         (w.weights_dir / "r0").write_bytes(b"0123")
@@ -96,15 +96,15 @@ def test_writer_refuses_symlinks_and_lying_producers(tmp_path: Path) -> None:
             w.adopt("weights/r0", "weights", sha256="0" * 64, size=5)
         with pytest.raises(ValueError, match=r"'\.\.'"):
             w.open("../escape")
-        with pytest.raises(ValueError, match="unknown manifest fields: bakend"):
-            w.finish({"bakend": "x"})
+        with pytest.raises(TypeError, match="bakend"):
+            w.finish(BuildRecord(bakend="x"))  # type: ignore[call-arg]
 
 
 def test_scratch_is_never_published(tmp_path: Path) -> None:
     with BundleWriter(tmp_path / "b") as w:
         (w.scratch_dir / "tmp.bin").write_bytes(b"scratch")
         w.write_bytes("artifacts/a", b"a")
-        path = w.finish({"spec": make_spec(), "config_key": config_key(make_spec()), "toolchain": {}})
+        path = w.finish(BuildRecord.for_build(make_spec(), spec_key(make_spec()), {}))
     assert not (path / ".scratch").exists()
     assert verify_bundle(path).ok
 

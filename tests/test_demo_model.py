@@ -79,7 +79,7 @@ def test_demo_defaults_to_the_package_data_from_any_directory(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_quickstart_writes_english_and_the_untrained_model_does_not(demo: Demo, tmp_path: Path) -> None:
-    from neuronc.backends._inductor_runtime import eager_runner
+    from neuronc.backends.inductor.runtime import eager_runner
 
     trainer = _trainer()
     vocabulary = trainer.corpus_words()

@@ -15,17 +15,17 @@ from typing import Any
 
 import pytest
 import yaml
-from plugins.fake_backend import make_spec
+from plugins.fake_backend import make_spec, spec_key
 from typer.testing import CliRunner
 
 from neuronc._output import out
-from neuronc.bundle import BundleWriter, Manifest, read_manifest, verify_bundle
+from neuronc.backends.base import GraphSpec
+from neuronc.bundle import BuildRecord, BundleWriter, Graph, Manifest, read_manifest, verify_bundle
 from neuronc.cli import app
 from neuronc.deploy import DeployOptions, Rendered, render, write
 from neuronc.deploy import images as image_table
 from neuronc.deploy.tnx_handler import KEYS as HANDLER_KEYS
 from neuronc.errors import InvalidInputError
-from neuronc.keys import config_key
 from neuronc.spec import ResolvedSequence
 
 SEQ = ResolvedSequence(
@@ -79,7 +79,7 @@ def _bundle(
     }
     fields.update(overrides)
     spec = make_spec(**fields)
-    key = config_key(spec)
+    key = spec_key(spec)
     extra: dict[str, Any] = {}
     if backend == "nxdi":
         nc = {
@@ -103,11 +103,17 @@ def _bundle(
         for rel in ARTIFACTS[backend]:
             writer.write_bytes(rel, f"{rel}\n".encode())
         graphs = [
-            {"role": "context_encoding", "batch": spec.batch_size, "bucket": b, "artifact": ARTIFACTS[backend][0]}
+            Graph(
+                name=GraphSpec("context_encoding", spec.batch_size, b).name,
+                role="context_encoding",
+                batch=spec.batch_size,
+                bucket=b,
+                artifact=ARTIFACTS[backend][0],
+            )
             for b in spec.sequence.context_buckets
         ]
         chain = {"neuronc": "0.1.0", **(toolchain or TOOLCHAINS[backend])}
-        return writer.finish({"spec": spec, "config_key": key, "toolchain": chain, "graphs": graphs, "extra": extra})
+        return writer.finish(BuildRecord.for_build(spec, key, chain, graphs=graphs, extra=extra))
 
 
 def _files(rendered: Rendered) -> dict[str, str]:
@@ -440,7 +446,7 @@ def test_torchserve_listens_where_the_benchmark_points(tmp_path: Path) -> None:
 
 
 def test_torchserve_module_paths_cover_every_class_the_backend_records() -> None:
-    from neuronc.backends.transformers_neuronx import MODEL_CLASSES
+    from neuronc.backends.neuron.transformers_neuronx import MODEL_CLASSES
     from neuronc.deploy.torchserve import TNX_MODULES
 
     assert set(MODEL_CLASSES.values()) <= set(TNX_MODULES)
@@ -545,12 +551,10 @@ def test_deploy_of_a_cpu_bundle_gives_the_way_forward(tmp_path: Path, runner: Cl
 
 def _bundle_cpu(tmp_path: Path) -> Path:
     spec = make_spec(backend="inductor", target="cpu", tp_degree=1, amp="fp32")
-    key = config_key(spec)
+    key = spec_key(spec)
     with BundleWriter(tmp_path / "cpu-bundle") as writer:
         writer.write_bytes("artifacts/graph.pt2", b"x")
-        return writer.finish(
-            {"spec": spec, "config_key": key, "toolchain": {"neuronc": "0.1.0"}, "graphs": [], "extra": {}}
-        )
+        return writer.finish(BuildRecord.for_build(spec, key, {"neuronc": "0.1.0"}))
 
 
 def test_write_replaces_older_files_atomically(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from _serving import VLLM_READY_OPTIONS
 from typer.testing import CliRunner
 
 from neuronc._output import out
-from neuronc.backends._neuron_env import neuron_device_present
+from neuronc.backends.neuron.env import neuron_device_present
 from neuronc.cli import app
 
 pytestmark = [

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from neuronc.backends import get_backend
-from neuronc.backends._inductor_cache import cached_entry, graph_cache_key, sweep_tmp
-from neuronc.backends._inductor_format import isa_runs_here, missing_constants, weight_shapes
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, GraphSpec
+from neuronc.backends.inductor.cache import cached_entry, graph_cache_key, sweep_tmp
+from neuronc.backends.inductor.format import isa_runs_here, missing_constants, weight_shapes
 from neuronc.errors import InvalidInputError, VerificationError
 from neuronc.profile import parse_profile
 
@@ -203,7 +203,7 @@ def _hf_greedy(model: Any, ids: list[int], new: int) -> tuple[list[int], list[An
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2"])
 def test_eager_wrappers_match_hf_generate(family: str, tmp_path: Path) -> None:
-    from neuronc.backends._inductor_runtime import eager_runner
+    from neuronc.backends.inductor.runtime import eager_runner
 
     model, directory = _hf_model(family, tmp_path)
     runner = eager_runner(
@@ -233,7 +233,7 @@ def test_position_layer_accepts_every_call_the_installed_transformers_makes() ->
 
     from transformers.cache_utils import StaticLayer
 
-    from neuronc.backends._inductor_graphs import _PositionLayer
+    from neuronc.backends.inductor.graphs import _PositionLayer
 
     ours = inspect.signature(_PositionLayer.update)
     base = inspect.signature(StaticLayer.update)
@@ -256,7 +256,7 @@ def test_position_layer_accepts_every_call_the_installed_transformers_makes() ->
 
 
 def test_eager_ragged_batch_matches_row_by_row(tmp_path: Path) -> None:
-    from neuronc.backends._inductor_runtime import eager_runner
+    from neuronc.backends.inductor.runtime import eager_runner
 
     model, directory = _hf_model("llama", tmp_path)
     runner = eager_runner(
@@ -278,7 +278,7 @@ def test_eager_ragged_batch_matches_row_by_row(tmp_path: Path) -> None:
 def test_eager_bf16_tracks_hf(tmp_path: Path) -> None:
     import torch
 
-    from neuronc.backends._inductor_runtime import eager_runner
+    from neuronc.backends.inductor.runtime import eager_runner
 
     model, directory = _hf_model("llama", tmp_path)
     model = model.to(torch.bfloat16)
@@ -301,7 +301,7 @@ def test_eager_bf16_tracks_hf(tmp_path: Path) -> None:
 def test_runtime_rejects_bad_inputs(tmp_path: Path) -> None:
     import torch
 
-    from neuronc.backends._inductor_runtime import eager_runner
+    from neuronc.backends.inductor.runtime import eager_runner
 
     runner = eager_runner(DEMO, context_buckets=(32, 64), max_length=128)
     with pytest.raises(InvalidInputError, match="largest context bucket of this bundle is 64"):
@@ -324,7 +324,7 @@ def test_runtime_rejects_bad_inputs(tmp_path: Path) -> None:
 
 
 def test_sampling_is_seeded() -> None:
-    from neuronc.backends._inductor_runtime import eager_runner
+    from neuronc.backends.inductor.runtime import eager_runner
 
     runner = eager_runner(DEMO, context_buckets=(32,), max_length=128)
     a = runner.generate("The quick brown fox", max_new_tokens=12, temperature=1.0, seed=7)
@@ -338,7 +338,7 @@ def test_sampling_is_seeded() -> None:
 def test_bind_constants_reports_every_missing_or_wrong_constant() -> None:
     import torch
 
-    from neuronc.backends._inductor_runtime import bind_constants
+    from neuronc.backends.inductor.runtime import bind_constants
 
     meta = {
         "constants": {
@@ -386,7 +386,7 @@ def test_stale_graph_cache_scratch_is_swept(tmp_path: Path) -> None:
 def test_tied_embeddings_are_one_constant_with_both_checkpoint_names(tmp_path: Path) -> None:
     import torch
 
-    from neuronc.backends import _inductor_graphs as graphs
+    from neuronc.backends.inductor import graphs
 
     _, directory = _hf_model("qwen2", tmp_path)
     model = graphs.build_model(graphs.load_config(directory), torch.float32)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.cli import app
-from neuronc.store import Store
+from neuronc.store import open_store
 
 
 @pytest.fixture(autouse=True)
@@ -133,7 +133,7 @@ def test_store_commands(runner: CliRunner, tmp_path: Path) -> None:
         return real_invoke(*args, **kwargs)  # type: ignore[arg-type]
 
     runner.invoke = invoke  # type: ignore[method-assign]
-    store = Store.default()
+    store = open_store()
     path = build_bundle(store=store)
     result = runner.invoke(app, ["store", "list", "--json"])
     assert result.exit_code == 0

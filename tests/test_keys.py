@@ -9,16 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from neuronc.backends import get_backend
 from neuronc.keys import (
     HASHED_FIELDS,
+    ConfigKey,
     canonical_json,
     config_key,
     diff_inputs,
     effective_compiler_flags,
+    spec_model_dir,
     toolchain_key,
     toolchain_label,
 )
 from neuronc.profile import parse_profile
+from neuronc.spec import BuildSpec
 
 BASE = """\
 name: first
@@ -40,9 +44,20 @@ compiler:
 """
 
 
+def _key(spec: BuildSpec, environ: dict[str, str] | None = None) -> ConfigKey:
+    """``config_key`` as the pipeline calls it, the revision taken as written (these tests pin none)."""
+    backend = get_backend(spec.backend)
+    return config_key(
+        spec,
+        flags_mode=backend.compiler_flags_mode,
+        model_dir=spec_model_dir(spec),
+        revision=spec.model.revision,
+        environ=environ or {},
+    )
+
+
 def _hash(text: str, filename: str = "a.yaml", environ: dict[str, str] | None = None) -> str:
-    spec = parse_profile(text, filename).builds[0]
-    return config_key(spec, environ=environ or {}).hash
+    return _key(parse_profile(text, filename).builds[0], environ).hash
 
 
 def test_hash_is_full_sha256() -> None:
@@ -99,7 +114,8 @@ def test_neuron_cc_flags_are_folded_in_but_cache_flags_are_not() -> None:
     assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--enable-saturate-infinity"}) != plain
     assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--cache_dir=/tmp/x --retry_failed_compilation"}) == plain
     spec = parse_profile(BASE, "a.yaml").builds[0]
-    assert effective_compiler_flags(spec, {"NEURON_CC_FLAGS": "-O2 --cache_dir=/x"}) == ["-O1", "-O2"]
+    mode = get_backend(spec.backend).compiler_flags_mode
+    assert effective_compiler_flags(spec, mode, {"NEURON_CC_FLAGS": "-O2 --cache_dir=/x"}) == ["-O1", "-O2"]
 
 
 def test_neuron_cc_flags_do_not_touch_the_cpu_backend() -> None:
@@ -109,21 +125,21 @@ def test_neuron_cc_flags_do_not_touch_the_cpu_backend() -> None:
 
 def test_each_matrix_build_has_its_own_hash() -> None:
     text = BASE + "matrix:\n  batch_size: [1, 2, 4]\n"
-    hashes = [config_key(s, environ={}).hash for s in parse_profile(text, "m.yaml").builds]
+    hashes = [_key(s).hash for s in parse_profile(text, "m.yaml").builds]
     assert len(set(hashes)) == 3
     assert hashes[2] == _hash(BASE)  # batch 4 in the matrix equals batch 4 written out
 
 
 def test_hashed_fields_are_recorded() -> None:
-    key = config_key(parse_profile(BASE, "a.yaml").builds[0], environ={})
+    key = _key(parse_profile(BASE, "a.yaml").builds[0])
     assert key.fields == HASHED_FIELDS
     assert set(key.inputs) == set(HASHED_FIELDS)
     assert "name" not in key.inputs and "description" not in key.inputs
 
 
 def test_diff_names_the_fields() -> None:
-    a = config_key(parse_profile(BASE, "a.yaml").builds[0], environ={}).inputs
-    b = config_key(parse_profile(BASE.replace("tp_degree: 8", "tp_degree: 2"), "b.yaml").builds[0], environ={}).inputs
+    a = _key(parse_profile(BASE, "a.yaml").builds[0]).inputs
+    b = _key(parse_profile(BASE.replace("tp_degree: 8", "tp_degree: 2"), "b.yaml").builds[0]).inputs
     assert diff_inputs(a, b) == [{"field": "tp_degree", "a": 8, "b": 2}]
     assert diff_inputs(a, a) == []
 
@@ -138,17 +154,18 @@ def test_local_model_identity_follows_config_and_headers(tmp_path: Path) -> None
     profile.write_text("model: {id: m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n")
     from neuronc.profile import load_profile
 
-    first = config_key(load_profile(profile).builds[0], environ={}).hash
-    assert config_key(load_profile(profile).builds[0], environ={}).hash == first
+    first = _key(load_profile(profile).builds[0]).hash
+    assert _key(load_profile(profile).builds[0]).hash == first
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 8}))
-    assert config_key(load_profile(profile).builds[0], environ={}).hash != first
+    assert _key(load_profile(profile).builds[0]).hash != first
 
 
 def test_toolchain_key_and_label() -> None:
     versions = {"neuronc": "0.1.0", "torch": "2.13.0", "cpu_isa": "avx2"}
     assert toolchain_key(versions) == toolchain_key(dict(reversed(list(versions.items()))))
     assert toolchain_key(versions) != toolchain_key({**versions, "cpu_isa": "avx512"})
-    label = toolchain_label("inductor", versions)
+    label = toolchain_label("inductor", "torch", versions)
+    assert toolchain_label("inductor", None, versions).startswith("inductor-")
     assert label.startswith("inductor-torch2.13.0-")
     assert len(label.rsplit("-", 1)[1]) == 8
 

@@ -12,11 +12,13 @@ import pytest
 from plugins.fake_backend import VERSION_ENV, build_bundle, register
 from typer.testing import CliRunner
 
+from neuronc import preflight as pf
 from neuronc._output import out
+from neuronc.backends import get_backend
 from neuronc.ci import hf_cache_status
 from neuronc.cli import app
 from neuronc.errors import PreflightError
-from neuronc.preflight import GIB, estimate, model_dims, preflight, smallest_fitting_tp
+from neuronc.preflight import GIB, Estimate, model_dims
 from neuronc.profile import load_profile
 from neuronc.store import Store
 
@@ -51,6 +53,21 @@ MIXTRAL_8X7B: dict[str, Any] = {
     "num_local_experts": 8,
     "num_experts_per_tok": 2,
 }
+
+
+def estimate(spec: Any, config: Any, **kwargs: Any) -> Estimate:
+    """``neuronc.preflight.estimate`` with the build's backend and its planned graphs, as the pipeline passes them."""
+    backend = get_backend(spec.backend)
+    return pf.estimate(spec, config, backend=backend, graphs=len(backend.plan(spec).graphs), **kwargs)
+
+
+def preflight(spec: Any, config: Any, **kwargs: Any) -> Estimate:
+    backend = get_backend(spec.backend)
+    return pf.preflight(spec, config, backend=backend, graphs=len(backend.plan(spec).graphs), **kwargs)
+
+
+def smallest_fitting_tp(spec: Any, config: Any) -> int | None:
+    return pf.smallest_fitting_tp(spec, config, get_backend(spec.backend))
 
 
 def _invoke(runner: CliRunner, args: list[str]) -> Any:

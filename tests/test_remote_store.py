@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 from _seaweedfs import SeaweedFS, use_server_and_make_bucket
-from plugins.fake_backend import build_bundle, make_spec, register
+from plugins.fake_backend import build_bundle, make_spec, register, spec_key
 from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import MANIFEST_NAME, read_manifest, verify_bundle
 from neuronc.cli import app
 from neuronc.errors import InvalidInputError, RemoteStoreError, VerificationError
-from neuronc.keys import config_key, toolchain_key
+from neuronc.keys import toolchain_key
 from neuronc.store import (
     OBJECTS_DIR,
     RemoteStore,
@@ -86,12 +86,8 @@ def test_hf_layout_matches_local_store(tmp_path: Path) -> None:
     bundle = build_bundle(tmp_path / "b")
     manifest = read_manifest(bundle)
     local = Store(tmp_path / "local")
-    expected = local.bundle_path(
-        model_id=manifest.model_id,
-        backend=manifest.backend,
-        toolchain=manifest.toolchain,
-        config_hash=manifest.config_hash,
-    ).relative_to(local.root)
+    expected = local.path_for(manifest).relative_to(local.root)
+    assert expected.parts[1] == manifest.toolchain_label  # the label the build recorded
     remote = RemoteStore("hf://datasets/acme/bundles@main/neuronc", cache_dir=tmp_path / "cache")
     rel = remote.bundle_rel(manifest)
     assert rel == expected.as_posix()
@@ -297,7 +293,7 @@ def test_store_writer_publishes_and_resumes_an_interrupted_upload(s3_env: str, t
     with pytest.raises(RemoteStoreError) as caught:
         build_bundle(store=store, spec=spec)  # type: ignore[arg-type]
     assert caught.value.exit_code == 5
-    config = config_key(spec).hash
+    config = spec_key(spec).hash
     from neuronc.backends import get_backend
 
     tool = toolchain_key(get_backend(spec.backend).toolchain_versions())

@@ -490,7 +490,7 @@ def test_every_name_neuronc_calls_is_recorded(script: ModuleType) -> None:
 
 
 def test_neuronc_calls_list_follows_the_backends(script: ModuleType) -> None:
-    from neuronc.backends import nxdi, transformers_neuronx
+    from neuronc.backends.neuron import nxdi, transformers_neuronx
 
     nxdi_calls = script.NEURONC_CALLS["neuronx-distributed-inference"]
     for module, cls in nxdi.MODEL_CLASSES.values():
@@ -517,7 +517,7 @@ def test_companion_keys_reach_config_fields() -> None:
 
 def test_calls_built_from_the_shipped_profiles_bind_at_the_target_release() -> None:
     """What neuronc passes for its shipped Neuron profiles is accepted by the SDK 2.26.1 signatures."""
-    from neuronc.backends import nxdi, torch_neuronx, transformers_neuronx
+    from neuronc.backends.neuron import nxdi, torch_neuronx, transformers_neuronx
     from neuronc.profile import load_profile
 
     (spec,) = load_profile(REPO / "profiles/llama3.1-8b-instruct-nxdi-inf2.yaml").builds

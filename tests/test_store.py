@@ -7,37 +7,39 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugins.fake_backend import FakeBackend, build_bundle, make_spec
+from plugins.fake_backend import FakeBackend, build_bundle, make_spec, spec_key
 from typer.testing import CliRunner
 
+from neuronc.bundle import BuildRecord
 from neuronc.errors import InvalidInputError
-from neuronc.keys import config_key, toolchain_key, toolchain_label
-from neuronc.store import Store, default_store_path, model_slug
+from neuronc.keys import toolchain_key, toolchain_label
+from neuronc.store import Store, default_store_path, model_slug, open_store
 
 
 def test_default_store_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("NEURONC_STORE", str(tmp_path / "s"))
-    assert Store.default().root == tmp_path / "s"
+    assert open_store().location == str(tmp_path / "s")
     monkeypatch.delenv("NEURONC_STORE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_store_path() == tmp_path / "xdg" / "neuronc" / "bundles"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_store_path() == tmp_path / "home" / ".cache" / "neuronc" / "bundles"
-    assert Store.from_option(str(tmp_path / "flag")).root == tmp_path / "flag"
-    with pytest.raises(InvalidInputError):
-        Store.from_option("s3://bucket/x")
+    assert open_store(str(tmp_path / "flag")).location == str(tmp_path / "flag")
+    assert open_store(f"file://{tmp_path / 'flag'}").location == str(tmp_path / "flag")
+    with pytest.raises(InvalidInputError, match="unsupported store scheme 'gs'"):
+        open_store("gs://bucket/x")
 
 
 def test_publish_lookup_layout(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     spec = make_spec(options={"artifact_bytes": 4096})
-    key = config_key(spec)
+    key = spec_key(spec)
     versions = FakeBackend().toolchain_versions()
     tk = toolchain_key(versions)
     assert store.lookup(key.hash, tk) is None
     path = build_bundle(store=store, spec=spec)
-    assert path == store.root / "acme--tiny-llama" / toolchain_label("fake", versions) / key.hash[:16]
+    assert path == store.root / "acme--tiny-llama" / toolchain_label("fake", None, versions) / key.hash[:16]
     assert store.lookup(key.hash, tk) == path
     assert store.lookup(key.hash, "0" * 64) is None
     [entry] = store.list()
@@ -82,7 +84,7 @@ def read_tk(path: Path) -> str:
 def test_nearest_names_differing_fields(tmp_path: Path) -> None:
     store = Store(tmp_path / "store")
     build_bundle(store=store, spec=make_spec(batch_size=1))
-    wanted = config_key(make_spec(batch_size=4))
+    wanted = spec_key(make_spec(batch_size=4))
     near = store.nearest(wanted.inputs)
     assert near is not None
     assert [d["field"] for d in near.differences] == ["batch_size"]
@@ -94,7 +96,7 @@ def test_store_writer_checks_keys_and_publishes_nothing_on_mismatch(tmp_path: Pa
     with store.writer("ab" * 32, toolchain_key({})) as w:
         w.write_bytes("artifacts/a", b"a")
         with pytest.raises(ValueError, match="config hash"):
-            w.finish({"spec": spec, "config_key": config_key(spec), "toolchain": {}})
+            w.finish(BuildRecord.for_build(spec, spec_key(spec), {}))
     assert store.list() == []
     assert [p for p in store.staging_dir.iterdir()] == []
 

@@ -8,24 +8,24 @@ import sys
 import time
 from pathlib import Path
 
-from plugins.fake_backend import TESTS_DIR, FakeBackend, make_spec
+from plugins.fake_backend import TESTS_DIR, FakeBackend, make_spec, spec_key
 
 from neuronc.bundle import verify_bundle
-from neuronc.keys import config_key, toolchain_key
+from neuronc.keys import toolchain_key
 from neuronc.store import Store
 
 PROCESSES = 8
 CHILD = """
 import os, sys, time
 from pathlib import Path
-from plugins.fake_backend import build_bundle, make_spec
-from neuronc.keys import config_key, toolchain_key
+from plugins.fake_backend import build_bundle, make_spec, spec_key
+from neuronc.keys import toolchain_key
 from neuronc.store import Store
 from plugins.fake_backend import FakeBackend
 
 store, builds, start_at = Store(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 spec = make_spec()
-key, tk = config_key(spec).hash, toolchain_key(FakeBackend().toolchain_versions())
+key, tk = spec_key(spec).hash, toolchain_key(FakeBackend().toolchain_versions())
 
 def build():
     with open(builds, "a") as log:
@@ -68,4 +68,4 @@ def test_eight_processes_build_once_and_share(tmp_path: Path) -> None:
     [path] = paths
     assert verify_bundle(path).ok
     spec = make_spec()
-    assert store.lookup(config_key(spec).hash, toolchain_key(FakeBackend().toolchain_versions())) == Path(path)
+    assert store.lookup(spec_key(spec).hash, toolchain_key(FakeBackend().toolchain_versions())) == Path(path)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from neuronc._output import out, plan_table
+from neuronc._output import out, fit_columns
 from neuronc.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_no_cell_is_broken_inside_a_word(columns: list[str], data: st.DataObject
     for width in WIDTHS:
         with pytest.MonkeyPatch.context() as mp:
             text = render(columns, rows, width, mp, optional=columns[2:])
-        layout = plan_table(columns, rows, width, optional=columns[2:])
+        layout = fit_columns(columns, rows, width, optional=columns[2:])
         # Dropped optional columns are not shown; stacked rows show every column, headed by the
         # first cell without the first column's name.
         shown = range(len(columns)) if layout is None else layout[0]
@@ -83,16 +83,16 @@ def test_no_cell_is_broken_inside_a_word(columns: list[str], data: st.DataObject
 def test_full_table_when_it_fits_fewer_columns_then_stacked(monkeypatch: pytest.MonkeyPatch) -> None:
     columns = ["build", "status", "config", "host compile"]
     rows = [["profiles/tiny-llama-cpu.yaml", "hit", "6bc7a660f6f4", "2.0 GiB"]]
-    assert plan_table(columns, rows, 120) == ([0, 1, 2, 3], [28, 6, 12, 12])
+    assert fit_columns(columns, rows, 120) == ([0, 1, 2, 3], [28, 6, 12, 12])
     # Too narrow for every column: the optional one goes first.
-    assert plan_table(columns, rows, 55, optional=["host compile"]) == ([0, 1, 2], [28, 6, 12])
+    assert fit_columns(columns, rows, 55, optional=["host compile"]) == ([0, 1, 2], [28, 6, 12])
     # Too narrow even then: rows are printed stacked, nothing is cut.
-    assert plan_table(columns, rows, 30, optional=["host compile"]) is None
+    assert fit_columns(columns, rows, 30, optional=["host compile"]) is None
     text = render(columns, rows, 30, monkeypatch, optional=["host compile"])
     assert "profiles/tiny-llama-cpu.yaml" in text and "  config: 6bc7a660f6f4" in text
     # --wide: the full table whatever the terminal.
     monkeypatch.setattr(out, "wide", True)
-    assert plan_table(columns, rows, 30, wide=True) == ([0, 1, 2, 3], [28, 6, 12, 12])
+    assert fit_columns(columns, rows, 30, wide=True) == ([0, 1, 2, 3], [28, 6, 12, 12])
 
 
 # -- the commands that print tables ----------------------------------------------------------------

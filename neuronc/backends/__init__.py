@@ -21,11 +21,11 @@ ENTRY_POINT_GROUP = "neuronc.backends"
 # scanning every installed distribution's entry points (a store-hit compile never scans). A
 # plugin cannot take a built-in backend's name.
 _BUILTIN = {
-    "inductor": "neuronc.backends.inductor:InductorBackend",
-    "nxdi": "neuronc.backends.nxdi:NxdiBackend",
-    "optimum-neuron": "neuronc.backends.optimum_neuron:OptimumNeuronBackend",
-    "transformers-neuronx": "neuronc.backends.transformers_neuronx:TransformersNeuronxBackend",
-    "torch-neuronx": "neuronc.backends.torch_neuronx:TorchNeuronxBackend",
+    "inductor": "neuronc.backends.inductor.backend:InductorBackend",
+    "nxdi": "neuronc.backends.neuron.nxdi:NxdiBackend",
+    "optimum-neuron": "neuronc.backends.neuron.optimum_neuron:OptimumNeuronBackend",
+    "transformers-neuronx": "neuronc.backends.neuron.transformers_neuronx:TransformersNeuronxBackend",
+    "torch-neuronx": "neuronc.backends.neuron.torch_neuronx:TorchNeuronxBackend",
 }
 
 

@@ -10,19 +10,18 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from neuronc.keys import CompilerFlagsMode
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from neuronc.spec import BuildSpec
+    from neuronc.spec import BuildSpec, ServingStack
 
 ROLE_CONTEXT = "context_encoding"
 ROLE_TOKEN = "token_generation"
@@ -34,17 +33,6 @@ ENCODER_TASKS = frozenset({"feature-extraction", "text-classification", "fill-ma
 
 
 GIB = 1024**3
-
-
-class CompilerFlagsMode(StrEnum):
-    """How a backend applies compiler flags (what the config hash may count as applied)."""
-
-    # Nothing reads compiler flags: ``compiler.flags`` in a profile is refused at validate time.
-    NONE = "none"
-    # The profile's ``compiler.flags`` reach the compiler; NEURON_CC_FLAGS is not read.
-    PROFILE = "profile"
-    # The profile's flags and NEURON_CC_FLAGS from the environment both reach the compiler.
-    PROFILE_AND_ENV = "profile+env"
 
 
 @dataclass(frozen=True)
@@ -171,7 +159,7 @@ class Backend(Protocol):
     # Whether the Hugging Face Neuron cache (optimum-neuron's registry) describes this backend's builds.
     uses_hf_neuron_cache: ClassVar[bool]
     # The serving stacks (`neuronc deploy --for`) that load this backend's bundles, the usual one first.
-    serving_stacks: ClassVar[tuple[str, ...]]
+    serving_stacks: ClassVar[tuple[ServingStack, ...]]
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
 
@@ -193,22 +181,9 @@ class Backend(Protocol):
 
     def recognizes(self, directory: str | os.PathLike[str]) -> bool: ...
 
+    def reference_model(self, bundle_dir: str | os.PathLike[str], dtype: str) -> Any: ...
+
     def load_snippet(self, bundle_dir: str) -> str | None: ...
-
-
-# The tensor-parallel degrees the Neuron runtime supports, per target (aws-neuron/aws-neuron-sdk
-# libraries/nxd-inference/api-guides/api-guide.rst, ``tp_degree``; the trn2 list is at LNC=2).
-NXD_TP_DEGREES: dict[str, frozenset[int]] = {
-    "inf2": frozenset({1, 2, 4, 8, 24}),
-    "trn1": frozenset({1, 2, 8, 16, 32}),
-    "trn2": frozenset({1, 2, 4, 8, 16, 32, 64}),
-}
-# trn2 at LNC=1 (128 physical cores): not documented; the LNC=2 powers of two, extended to 128.
-TRN2_TP_DEGREES_LNC1 = frozenset({1, 2, 4, 8, 16, 32, 64, 128})
-MAX_CORES = {"inf2": 24, "trn1": 32, "trn2": 64}
-# Where a load snippet stored in a manifest says the bundle is; `inspect` shows the bundle's real path.
-BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
-HBM_BYTES_PER_CORE = {"inf2": 16 * 1024**3, "trn1": 16 * 1024**3, "trn2": 24 * 1024**3}
 
 
 def distribution_version(name: str) -> str | None:
@@ -252,7 +227,7 @@ class BackendBase:
 
     name: ClassVar[str] = "base"
     description: ClassVar[str] = ""
-    targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1", "trn2"})
+    targets: ClassVar[frozenset[str]] = frozenset()
     amp: ClassVar[frozenset[str]] = frozenset({"fp32", "fp16", "bf16"})
     tasks: ClassVar[frozenset[str]] = LLM_TASKS
     weights_modes: ClassVar[frozenset[str]] = frozenset({"presharded", "on-load", "reference"})
@@ -264,7 +239,7 @@ class BackendBase:
     options_model: ClassVar[type[BaseModel] | None] = None
     can_run: ClassVar[bool] = False
     uses_hf_neuron_cache: ClassVar[bool] = False
-    serving_stacks: ClassVar[tuple[str, ...]] = ()
+    serving_stacks: ClassVar[tuple[ServingStack, ...]] = ()
     # Distributions that make up this backend's toolchain, in display order.
     packages: ClassVar[tuple[str, ...]] = ()
     # Distributions that must be present for the backend to run.
@@ -272,9 +247,8 @@ class BackendBase:
     install_hint: ClassVar[str | None] = None
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
-        if target == "trn2" and int(options.get("logical_nc_config", 2)) == 1:
-            return TRN2_TP_DEGREES_LNC1
-        return NXD_TP_DEGREES.get(target)
+        """None: any tp degree (a backend without a device); NeuronBackend reads neuronc.hardware."""
+        return None
 
     def tp_degree_problem(self, tp: int, target: str, degrees: Collection[int]) -> str:
         """Why ``tp`` is refused on ``target`` (the profile loader puts it at ``tp_degree``)."""
@@ -368,6 +342,14 @@ class BackendBase:
             msg, hint="run it on its target with the backend's own runtime (see `neuronc inspect`)"
         )
 
+    def reference_model(self, bundle_dir: str | os.PathLike[str], dtype: str) -> Any:
+        """The eager model `verify --accuracy` compares a loaded bundle with (in ``dtype``); a backend
+        whose bundles run here provides it. The default has none."""
+        from neuronc.errors import BackendUnavailableError
+
+        msg = f"backend '{self.name}' has no accuracy check on this machine"
+        raise BackendUnavailableError(msg, hint="check accuracy on the target, with the backend's own runtime")
+
     def recognizes(self, directory: str | os.PathLike[str]) -> bool:
         """Whether ``directory`` holds this backend's compiled artifacts without a manifest (what
         ``compile`` writes into a CompileJob's directory before the pipeline adds one)."""
@@ -375,29 +357,6 @@ class BackendBase:
 
     def load_snippet(self, bundle_dir: str) -> str | None:
         return None
-
-
-# Flags that choose where libneuronxla's persistent cache lives; libneuronxla consumes them and
-# neuronx-cc never sees them (aws-neuron/aws-neuron-sdk
-# about-neuron/arch/neuron-features/neuron-caching.rst). They never change what is compiled.
-CACHE_LOCATION_FLAGS = ("--cache_dir", "--no_cache", "--no-cache", "--retry_failed_compilation")
-
-
-def applied_compiler_flags(
-    mode: CompilerFlagsMode, profile_flags: Sequence[str], environ: Mapping[str, str]
-) -> list[str]:
-    """The compiler flags a compile applies, as the backend's ``compiler_flags_mode`` says.
-
-    What the config hash should cover: profile flags where they reach the compiler, NEURON_CC_FLAGS
-    where the backend reads it, never the cache-location flags.
-    """
-    if mode is CompilerFlagsMode.NONE:
-        flags: list[str] = []
-    elif mode is CompilerFlagsMode.PROFILE:
-        flags = list(profile_flags)
-    else:
-        flags = [*profile_flags, *shlex.split(environ.get("NEURON_CC_FLAGS", ""))]
-    return [f for f in flags if not f.startswith(CACHE_LOCATION_FLAGS)]
 
 
 def check_import_reference(value: str, what: str) -> str:

@@ -12,7 +12,7 @@ Writing::
         with writer.open("artifacts/model.pt", "artifact") as f:
             f.write(data)                            # hashed while written
         writer.adopt("weights/rank0.safetensors", "weights", sha256=digest, size=n)
-        path = writer.finish({"spec": spec, "config_key": key, "toolchain": versions, ...})
+        path = writer.finish(BuildRecord.for_build(spec, key, versions, graphs=[...], ...))
 
 Reading: ``read_manifest(path)``, ``verify_bundle(path)``, ``compare_toolchain(manifest, versions)``.
 Nothing here imports torch or transformers.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from neuronc.bundle._manifest import (
     BUNDLE_DIRS,
+    BUNDLE_PLACEHOLDER,
     MANIFEST_NAME,
     MAX_FILES,
     MAX_MANIFEST_BYTES,
@@ -38,6 +39,7 @@ from neuronc.bundle._manifest import (
     WeightFile,
     WeightsSource,
     manifest_json_schema,
+    manifest_seal_problem,
     parse_manifest,
     path_problem,
     role_for,
@@ -56,10 +58,12 @@ from neuronc.bundle._reader import (
     read_manifest_bytes,
     verify_bundle,
 )
-from neuronc.bundle._writer import BundleExistsError, BundleWriter, HashingFile, manifest_data, peak_rss_bytes
+from neuronc.bundle._writer import BundleExistsError, BundleWriter, HashingFile, copy_bundle, peak_rss_bytes
+from neuronc.bundle.record import BuildRecord, manifest_data
 
 __all__ = [
     "BUNDLE_DIRS",
+    "BUNDLE_PLACEHOLDER",
     "COMPATIBLE",
     "IDENTICAL",
     "INCOMPATIBLE",
@@ -69,6 +73,7 @@ __all__ = [
     "ROLES",
     "SCHEMA_MAJOR",
     "SCHEMA_VERSION",
+    "BuildRecord",
     "BundleExistsError",
     "BundleWriter",
     "FileEntry",
@@ -86,8 +91,10 @@ __all__ = [
     "WeightFile",
     "WeightsSource",
     "compare_toolchain",
+    "copy_bundle",
     "manifest_data",
     "manifest_json_schema",
+    "manifest_seal_problem",
     "parse_manifest",
     "path_problem",
     "peak_rss_bytes",

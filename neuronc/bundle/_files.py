@@ -1,32 +1,19 @@
-"""A file entering a bundle: hashed while it is written; a full disk named as such."""
+"""A file entering a bundle: hashed while it is written."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, BinaryIO
 
-from neuronc.errors import is_disk_full
+from neuronc.fsutil import disk_full_as_error
 
 if TYPE_CHECKING:
     from neuronc.bundle._writer import BundleWriter
-
-
-@contextlib.contextmanager
-def disk_full_as_error(path: str | os.PathLike[str], needed: int | None = None) -> Iterator[None]:
-    """Turn ENOSPC/EDQUOT raised inside the block into DiskFullError (exit 5) naming ``path`` and ``needed``."""
-    try:
-        yield
-    except OSError as exc:
-        if not is_disk_full(exc):
-            raise
-        from neuronc.fsutil import disk_full_error
-
-        raise disk_full_error(path, needed, exc) from exc
 
 
 class HashingFile:
@@ -98,4 +85,4 @@ class HashingFile:
             self.discard()
 
 
-__all__ = ["HashingFile", "disk_full_as_error"]
+__all__ = ["HashingFile"]

@@ -24,9 +24,12 @@ from neuronc.jsonfile import InvalidJsonError, depth_of, parse_json
 # MAJOR.MINOR. A minor bump only adds optional fields (older readers ignore them); a major bump is
 # a breaking change that older readers refuse. Older majors are upgraded through _MIGRATIONS.
 SCHEMA_MAJOR = 1
-SCHEMA_MINOR = 0
+SCHEMA_MINOR = 1
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.{SCHEMA_MINOR}"
 MANIFEST_NAME = "manifest.json"
+# Where a load snippet stored in a manifest (``extra.load_snippet``) says the bundle is; readers
+# (`neuronc inspect`) put the bundle's real path in its place.
+BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
 
 # -- limits (hostile input) -------------------------------------------------------------------
 MAX_MANIFEST_BYTES = 32 * 1024 * 1024
@@ -43,6 +46,8 @@ MAX_SECONDS = 1e9
 MAX_DEPTH = 64  # nesting of the free-form fields (profile, hashed_inputs, extra)
 
 HEX64 = r"^[0-9a-f]{64}$"
+# A directory name: letters, digits, '.', '-', '_'; not starting with '.' (neuronc.keys.toolchain_label).
+TOOLCHAIN_LABEL = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*-[0-9a-f]{8}$"
 ROLE_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 ROLES = ("profile", "model", "weights", "artifact", "deploy", "log", "other")
 _ROLE_BY_DIR = {"model": "model", "weights": "weights", "artifacts": "artifact", "deploy": "deploy", "logs": "log"}
@@ -143,6 +148,9 @@ class Manifest(_Record):
     hashed_inputs: dict[str, Any] = Field(default_factory=dict)
     toolchain: dict[str, str | None] = Field(default_factory=dict)
     toolchain_key: Hex64
+    # Schema 1.1: the store's readable directory name for the toolchain (a store places the bundle
+    # at <model>/<toolchain_label>/<config hash[:16]>); absent in 1.0 manifests.
+    toolchain_label: str | None = Field(default=None, pattern=TOOLCHAIN_LABEL, max_length=160)
     graphs: list[Graph] = Field(default_factory=list, max_length=MAX_GRAPHS)
     shards: list[Shard] = Field(default_factory=list, max_length=MAX_SHARDS)
     weights: WeightsSource | None = None

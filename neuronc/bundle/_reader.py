@@ -13,14 +13,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuronc.bundle._fs import (
-    MissingEntry,
-    UnsafeEntry,
-    hash_fd,
-    open_in_bundle,
-    open_root,
-    walk_regular,
-)
 from neuronc.bundle._manifest import (
     MANIFEST_NAME,
     MAX_FILES,
@@ -30,6 +22,14 @@ from neuronc.bundle._manifest import (
     manifest_seal_problem,
     parse_manifest,
     safe_text,
+)
+from neuronc.bundle.fs import (
+    MissingEntry,
+    UnsafeEntry,
+    hash_fd,
+    open_in_bundle,
+    open_root,
+    walk_regular,
 )
 from neuronc.errors import BundleFormatError, VerificationError
 from neuronc.fsutil import plural
@@ -114,10 +114,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not (self.mismatched or self.missing or self.extra or self.unsafe)
-
-    @property
-    def throughput_bytes_per_second(self) -> float:
-        return self.bytes_hashed / self.seconds if self.seconds > 0 else 0.0
 
     def problems(self) -> list[str]:
         """One line per problem, naming the file."""

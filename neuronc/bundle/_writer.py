@@ -7,15 +7,21 @@ import os
 import secrets
 import shutil
 import stat
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from neuronc.bundle._fields import host_info, manifest_data
-from neuronc.bundle._files import HashingFile, disk_full_as_error
-from neuronc.bundle._fs import (
+from neuronc.bundle._files import HashingFile
+from neuronc.bundle._manifest import (
+    BUNDLE_DIRS,
+    MANIFEST_NAME,
+    FileEntry,
+    Manifest,
+    path_problem,
+    role_for,
+    semantic_problems,
+)
+from neuronc.bundle.fs import (
     CHUNK,
     LOCK_SUFFIX,
     STAGING_PREFIX,
@@ -27,17 +33,10 @@ from neuronc.bundle._fs import (
     remove_tree,
     sweep_work_dir,
 )
-from neuronc.bundle._manifest import (
-    BUNDLE_DIRS,
-    MANIFEST_NAME,
-    FileEntry,
-    Manifest,
-    path_problem,
-    role_for,
-    semantic_problems,
-)
-from neuronc.bundle._publish import Published, PublishHook, PublishStatus
+from neuronc.bundle.publish import Published, PublishHook, PublishStatus
+from neuronc.bundle.record import BuildRecord, manifest_data
 from neuronc.errors import InvalidInputError
+from neuronc.fsutil import disk_full_as_error
 
 SCRATCH = ".scratch"
 
@@ -107,7 +106,6 @@ class BundleWriter:
         self._label = "".join(c if c.isalnum() or c in "._" else "_" for c in label)[:64] or "bundle"
         sweep_work_dir(self.work_dir, self._label)
         self._files: dict[str, FileEntry] = {}
-        self._stages: list[dict[str, Any]] = []
         self._finished: Path | None = None
         self._closed = False
         with disk_full_as_error(self.work_dir, expected_bytes):
@@ -160,10 +158,6 @@ class BundleWriter:
     @property
     def artifacts_dir(self) -> Path:
         return self.path / "artifacts"
-
-    @property
-    def deploy_dir(self) -> Path:
-        return self.path / "deploy"
 
     @property
     def logs_dir(self) -> Path:
@@ -241,21 +235,6 @@ class BundleWriter:
             os.close(fd)
         return self._record(rel_path, role, actual, sha256.lower())
 
-    @contextlib.contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Time a pipeline stage; the manifest records its wall time and the peak RSS so far."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._stages.append(
-                {
-                    "name": name,
-                    "wall_seconds": round(time.perf_counter() - start, 6),
-                    "peak_rss_bytes": peak_rss_bytes(),
-                }
-            )
-
     @property
     def files(self) -> dict[str, FileEntry]:
         return dict(self._files)
@@ -283,9 +262,9 @@ class BundleWriter:
                 msg = f"{rel} changed after it was recorded ({entry.size} -> {size} bytes)"
                 raise ValueError(msg)
 
-    def build_manifest(self, fields: Mapping[str, Any]) -> Manifest:
+    def build_manifest(self, record: BuildRecord) -> Manifest:
         """The manifest ``finish`` would write (files as recorded so far)."""
-        data = manifest_data(fields, self._files, self._stages)
+        data = manifest_data(record, self._files)
         manifest = Manifest.model_validate(data, strict=False)
         problems = semantic_problems(manifest)
         if problems:
@@ -293,7 +272,7 @@ class BundleWriter:
             raise ValueError(msg)
         return manifest
 
-    def finish(self, manifest_fields: Mapping[str, Any]) -> Path:
+    def finish(self, record: BuildRecord) -> Path:
         """Write manifest.json last, fsync everything, rename into place, publish; return the bundle path.
 
         ``published`` then says what publishing did (a store's hook may find that another host won the
@@ -302,7 +281,7 @@ class BundleWriter:
         self._check_open()
         try:
             self._adopt_unrecorded()
-            manifest = self.build_manifest(manifest_fields)
+            manifest = self.build_manifest(record)
             return self._seal(manifest, manifest.to_json_text().encode("utf-8"))
         except BaseException:
             self.abort()
@@ -413,6 +392,55 @@ class BundleWriter:
                 self.abort()
 
 
+def copy_bundle(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str] | BundleWriter,
+    *,
+    overwrite: bool = False,
+) -> Path:
+    """Copy a complete bundle into ``destination`` (a directory, or a writer a store made) and publish
+    it atomically: byte-identical, manifest included, each file hashed as it lands and checked
+    against the manifest. Symlinks in the source are never followed.
+
+    Raises BundleFormatError (exit 2) for an unreadable manifest, ValueError when a copied file
+    differs from the manifest (the source changed or is damaged: nothing is published), and
+    DiskFullError (exit 5) when the destination cannot hold it.
+    """
+    from neuronc.bundle._manifest import parse_manifest
+    from neuronc.bundle._reader import read_manifest_bytes
+    from neuronc.bundle.fs import open_in_bundle, open_root
+    from neuronc.errors import DiskFullError
+    from neuronc.fsutil import check_free_space, disk_full_error
+
+    source_dir = Path(source)
+    raw = read_manifest_bytes(source_dir)
+    manifest = parse_manifest(raw, where=f"{source_dir}/{MANIFEST_NAME}")
+    size = manifest.total_bytes + len(raw)
+    if isinstance(destination, BundleWriter):
+        writer = destination
+    else:
+        target = Path(os.path.abspath(destination))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        check_free_space(target.parent, size, what=f"a copy of bundle {manifest.config_hash[:12]}")
+        writer = BundleWriter(target, overwrite=overwrite, expected_bytes=size)
+    try:
+        with writer:
+            root = Path(os.path.realpath(source_dir))
+            root_fd = open_root(root)
+            try:
+                for entry in manifest.files:
+                    fd = open_in_bundle(root_fd, entry.path, root)
+                    with os.fdopen(fd, "rb", buffering=0) as src, writer.open(entry.path, entry.role) as dst:
+                        while chunk := src.read(CHUNK):
+                            dst.write(chunk)
+            finally:
+                os.close(root_fd)
+            return writer.finish_copy(manifest, raw)
+    except DiskFullError as exc:
+        # Name where the bundle was going, not the staging file that ran out of space.
+        raise disk_full_error(writer.destination or writer.work_dir, size, exc.__cause__) from exc
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process and its waited-for children, in bytes (0 if unknown)."""
     from neuronc.resources import children_peak_rss_bytes
@@ -421,13 +449,4 @@ def peak_rss_bytes() -> int:
     return max(own_peak() or 0, children_peak_rss_bytes() or 0)
 
 
-__all__ = [
-    "SCRATCH",
-    "BundleExistsError",
-    "BundleWriter",
-    "HashingFile",
-    "disk_full_as_error",
-    "host_info",
-    "manifest_data",
-    "peak_rss_bytes",
-]
+__all__ = ["SCRATCH", "BundleExistsError", "BundleWriter", "HashingFile", "copy_bundle", "peak_rss_bytes"]

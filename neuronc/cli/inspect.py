@@ -50,7 +50,7 @@ def inspect_command(
 ) -> None:
     """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals."""
     from neuronc.bundle import read_manifest
-    from neuronc.bundle._summary import bundle_summary
+    from neuronc.bundle.summary import bundle_summary
 
     out.configure(json_mode=json_out, wide=wide)
     manifest = read_manifest(bundle)

@@ -48,7 +48,14 @@ def matrix_command(
     if json_out and output_format is MatrixFormat.github:
         raise InvalidInputError("--json and --format github both choose the output; give one of them")
 
-    entries = [e.to_json() for e in matrix_entries(load_builds(expand_profile_paths(profiles)))]
+    found = matrix_entries(load_builds(expand_profile_paths(profiles)))
+    entries = [e.to_json() for e in found]
+    for entry in found:
+        if entry.unresolved is not None:
+            out.warning(
+                f"{entry.profile}#{entry.build}: key unresolved ({entry.unresolved}); "
+                "pin model.revision to a commit, or run matrix where the Hub is reachable"
+            )
     if not entries:
         raise InvalidInputError("no builds in the profiles given")
     if output_format is MatrixFormat.github and len(entries) > GITHUB_MATRIX_LIMIT:

@@ -75,7 +75,7 @@ def plan_command(
     for p in failing:
         details.append(f"{p.label}: {p.estimate.summary()}")
         config = load_model_config(p.spec)
-        better = smallest_fitting_tp(p.spec, config) if config is not None else None
+        better = smallest_fitting_tp(p.spec, config, p.backend) if config is not None else None
         if better is not None:
             fixes.append(f"raise tp_degree to {better} for {p.label} (the smallest supported degree that fits)")
     msg = f"{plural(len(failing), 'build')} cannot fit the target's memory per NeuronCore"

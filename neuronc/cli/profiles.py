@@ -15,24 +15,23 @@ from neuronc.errors import InvalidInputError, NeuroncError, ProfileError
 
 def describe_profile(path: Path) -> dict[str, Any]:
     """Load one profile and describe each build: normalised profile, config hash, planned graphs."""
-    from neuronc.backends import get_backend
-    from neuronc.keys import config_key
+    from neuronc.keys import HASHED_FIELDS
+    from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
 
     loaded = load_profile(path)
     builds = []
     for spec in loaded.builds:
-        key = config_key(spec)
-        plan = get_backend(spec.backend).plan(spec)
+        ctx = resolve_build(spec, strict=False)
         builds.append(
             {
                 "index": spec.build_index,
                 "name": spec.name,
                 "matrix": spec.matrix_values,
-                "config_hash": key.hash,
-                "hashed_fields": list(key.fields),
+                "config_hash": ctx.key_text,
+                "hashed_fields": list(HASHED_FIELDS),
                 "normalized": spec.normalized(),
-                "plan": plan.to_json(),
+                "plan": ctx.plan.to_json(),
             }
         )
     return {"path": str(path), "valid": True, "warnings": loaded.warnings, "builds": builds}
@@ -144,7 +143,7 @@ def hash_command(
     if diff and len(paths) != 2:
         msg = f"--diff compares exactly two profiles or bundles, got {len(paths)}"
         raise InvalidInputError(msg)
-    keyed = [_hashed_builds(p) for p in paths]
+    keyed = [_hashed_builds(p, resolved=diff) for p in paths]
     if not diff:
         data = {
             "hashes": [
@@ -184,16 +183,24 @@ def hash_command(
     out.result({"a": str(paths[0]), "b": str(paths[1]), "comparisons": comparisons}, render)
 
 
-def _hashed_builds(path: Path) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(config hash, hashed inputs, matrix values) per build of a profile or a bundle."""
+def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(config hash, hashed inputs, matrix values) per build of a profile or a bundle.
+
+    A Hub model whose revision cannot be resolved here has the hash ``unresolved``; with ``resolved``
+    (comparing builds needs their inputs) that is an error naming the build (exit 2).
+    """
     if path.is_dir():
         return [_bundle_hash(path)]
-    from neuronc.keys import config_key
+    from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
 
     result = []
     for spec in load_profile(path).builds:
-        key = config_key(spec)
+        ctx = resolve_build(spec, strict=False)
+        if ctx.config_key is None and not resolved:
+            result.append((ctx.key_text, {}, spec.matrix_values))
+            continue
+        key = ctx.config
         result.append((key.hash, key.inputs, spec.matrix_values))
     return result
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from neuronc.deploy._types import DeployOptions
+from neuronc.deploy._types import DeployOptions, EmittedFile
 from neuronc.deploy._values import ServingValues
 from neuronc.errors import InvalidInputError
-from neuronc.instances import InstanceType
+from neuronc.hardware import InstanceType
 
 NGINX_IMAGE = "nginx:1.27-alpine"
 CONTAINER_BUNDLE = "/bundle"
@@ -34,7 +34,7 @@ class Placement:
 
 def resolve_instance(v: ServingValues, options: DeployOptions) -> InstanceType:
     """``--instance-type`` (with or without SageMaker's ``ml.``), checked against the bundle, or the default."""
-    from neuronc.instances import default_instance, instance_type
+    from neuronc.hardware import default_instance, instance_type
 
     if options.instance_type:
         instance = instance_type(options.instance_type.removeprefix("ml."))
@@ -147,3 +147,46 @@ __all__ = [
     "placement",
     "resolve_instance",
 ]
+
+
+def replica_files(
+    v: ServingValues,
+    options: DeployOptions,
+    where: Placement,
+    *,
+    prefix: str,
+    service: Mapping[str, Any],
+    environment: Sequence[Mapping[str, str]],
+    port: int,
+    what: str,
+) -> list[EmittedFile]:
+    """``docker-compose.yml`` (one service per replica on its devices, nginx in front) and ``nginx.conf``."""
+    compose = compose_text(v, options, where, prefix=prefix, service=service, environment=environment, port=port)
+    return [
+        EmittedFile("docker-compose.yml", compose, f"{where.replicas} {what} on {where.instance} behind nginx"),
+        EmittedFile("nginx.conf", nginx_conf(v, prefix=prefix, replicas=where.replicas, port=port), "nginx"),
+    ]
+
+
+def endpoint_files(
+    v: ServingValues,
+    options: DeployOptions,
+    *,
+    replicas: int,
+    max_prompt: int,
+    max_total: int,
+    tokenizer: str,
+) -> list[EmittedFile]:
+    """The GuideLLM hand-off for a deployment reached at ``--port``: as many requests in flight as
+    every replica's compiled batch."""
+    from neuronc.deploy.benchmark import Endpoint, benchmark_files
+
+    endpoint = Endpoint(
+        target=f"http://localhost:{options.port}",
+        model=v.model_id,
+        concurrency=v.batch_size * replicas,
+        max_prompt=max_prompt,
+        max_total=max_total,
+        tokenizer=tokenizer,
+    )
+    return benchmark_files(v, endpoint)

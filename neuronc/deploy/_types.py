@@ -7,16 +7,8 @@ package ``__init__`` import it without an import cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-
-class Stack(StrEnum):
-    """A serving stack ``neuronc deploy --for`` writes files for."""
-
-    vllm = "vllm"
-    tgi = "tgi"
-    torchserve = "torchserve"
-    sagemaker = "sagemaker"
+from neuronc.spec import ServingStack as Stack  # one type for the stacks backends name and deploy writes for
 
 
 @dataclass(frozen=True)

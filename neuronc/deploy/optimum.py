@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import shlex
 
-from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, compose_text, nginx_conf, placement
+from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, endpoint_files, placement, replica_files
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
-from neuronc.deploy.benchmark import Endpoint, benchmark_files
 from neuronc.deploy.images import choose_image
 
 CONTAINER_PORT = 8080  # the entrypoint's fixed --port
@@ -84,9 +83,6 @@ def render_optimum_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
             # optimum-neuron downloads the weights by checkpoint_id at load time.
             replica_env["HF_TOKEN"] = "${HF_TOKEN:-}"
         environment.append(replica_env)
-    compose = compose_text(
-        v, options, where, prefix="vllm", service=service, environment=environment, port=CONTAINER_PORT
-    )
     script = (
         "#!/bin/sh\n"
         f"# optimum-neuron's vLLM server for bundle {v.config_hash} (tp {v.tp_degree}, batch {v.batch_size});\n"
@@ -95,20 +91,25 @@ def render_optimum_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
         "set -eu\n"
         f"exec {shlex.join(serve_argv(v, options.port))}\n"
     )
-    files = [
-        EmittedFile("docker-compose.yml", compose, f"{where.replicas} replica(s) on {where.instance} behind nginx"),
-        EmittedFile("nginx.conf", nginx_conf(v, prefix="vllm", replicas=where.replicas, port=CONTAINER_PORT), "nginx"),
-        EmittedFile("serve.sh", script, "optimum-cli neuron serve on this host", executable=True),
-    ]
-    endpoint = Endpoint(
-        target=f"http://localhost:{options.port}",
-        model=v.model_id,
-        concurrency=v.batch_size * where.replicas,
+    files = replica_files(
+        v,
+        options,
+        where,
+        prefix="vllm",
+        service=service,
+        environment=environment,
+        port=CONTAINER_PORT,
+        what="replica(s)",
+    )
+    files.append(EmittedFile("serve.sh", script, "optimum-cli neuron serve on this host", executable=True))
+    files += endpoint_files(
+        v,
+        options,
+        replicas=where.replicas,
         max_prompt=v.max_model_len,
         max_total=v.max_model_len,
         tokenizer=f"{v.bundle}/artifacts",
     )
-    files += benchmark_files(v, endpoint)
     return Rendered(Stack.vllm, tuple(files), image=image)
 
 

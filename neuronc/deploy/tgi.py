@@ -12,10 +12,9 @@ length, ``MAX_INPUT_TOKENS`` < sequence length, ``HF_AUTO_CAST_TYPE`` equal to t
 
 from __future__ import annotations
 
-from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, compose_text, nginx_conf, placement
+from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, endpoint_files, placement, replica_files
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
-from neuronc.deploy.benchmark import Endpoint, benchmark_files
 from neuronc.deploy.images import IMAGES, choose_image, find_image, public
 from neuronc.errors import InvalidInputError
 
@@ -69,23 +68,25 @@ def render_tgi(v: ServingValues, options: DeployOptions) -> Rendered:
         f"{k}={val}\n" for k, val in env.items()
     )
     service = {"image": image, "env_file": [".env"], "volumes": bundle_volumes(v), "shm_size": "1gb"}
-    compose = compose_text(
-        v, options, where, prefix="tgi", service=service, environment=[{} for _ in where.groups], port=TGI_PORT
+    files = [EmittedFile(".env", env_text, "TGI environment (every value from the manifest)")]
+    files += replica_files(
+        v,
+        options,
+        where,
+        prefix="tgi",
+        service=service,
+        environment=[{} for _ in where.groups],
+        port=TGI_PORT,
+        what="replica(s)",
     )
-    files = [
-        EmittedFile(".env", env_text, "TGI environment (every value from the manifest)"),
-        EmittedFile("docker-compose.yml", compose, f"{where.replicas} replica(s) on {where.instance} behind nginx"),
-        EmittedFile("nginx.conf", nginx_conf(v, prefix="tgi", replicas=where.replicas, port=TGI_PORT), "nginx"),
-    ]
-    endpoint = Endpoint(
-        target=f"http://localhost:{options.port}",
-        model=v.model_id,
-        concurrency=v.batch_size * where.replicas,
+    files += endpoint_files(
+        v,
+        options,
+        replicas=where.replicas,
         max_prompt=max_input_tokens(v),
         max_total=v.max_length,
         tokenizer=f"{v.bundle}/artifacts",
     )
-    files += benchmark_files(v, endpoint)
     return Rendered(Stack.tgi, tuple(files), image=image)
 
 

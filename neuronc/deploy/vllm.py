@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import shlex
 
-from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, compose_text, nginx_conf, placement
+from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, endpoint_files, placement, replica_files
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
-from neuronc.deploy.benchmark import Endpoint, benchmark_files
 from neuronc.deploy.images import find_image, known_text, versions_text
 from neuronc.errors import InvalidInputError
 
@@ -120,27 +119,29 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
         command = ["vllm", "serve", *vllm_args(v, CONTAINER_BUNDLE, SERVER_PORT)]
         service = {"image": image, "command": command, "volumes": bundle_volumes(v), "shm_size": "1gb"}
         env_list = [vllm_env(CONTAINER_BUNDLE) for _ in where.groups]
-        compose = compose_text(
-            v, options, where, prefix="vllm", service=service, environment=env_list, port=SERVER_PORT
+        files += replica_files(
+            v,
+            options,
+            where,
+            prefix="vllm",
+            service=service,
+            environment=env_list,
+            port=SERVER_PORT,
+            what="vLLM replica(s)",
         )
-        files += [
-            EmittedFile("docker-compose.yml", compose, f"{where.replicas} vLLM replica(s) on {where.instance}"),
-            EmittedFile("nginx.conf", nginx_conf(v, prefix="vllm", replicas=where.replicas, port=SERVER_PORT), "nginx"),
-        ]
     else:
         notes.append(
             f"no docker-compose.yml: no AWS Neuron vLLM container ships {versions_text(v.toolchain, VERSIONS)} "
             f"(known: {known_text('vllm-neuron', VERSIONS)}); run serve.sh on a host with that SDK, or pass --image"
         )
-    endpoint = Endpoint(
-        target=f"http://localhost:{options.port}",
-        model=v.model_id,
-        concurrency=v.batch_size * replicas,
+    files += endpoint_files(
+        v,
+        options,
+        replicas=replicas,
         max_prompt=v.max_model_len,
         max_total=v.max_model_len,
         tokenizer=f"{v.bundle}/model",
     )
-    files += benchmark_files(v, endpoint)
     return Rendered(Stack.vllm, tuple(files), image=image, notes=tuple(notes))
 
 

@@ -11,13 +11,14 @@ transformers, so ``neuronc compile`` on a built profile returns in a fraction of
 
 Modules: ``context`` (a build resolved once), ``stages`` (what happens on a miss), ``run`` (the
 loop over builds), ``report`` (typed results and the JSON report), ``timing`` (stage clock),
-``nearest`` (the nearest bundle on a miss), ``out`` (``--out`` copies).
+``nearest`` (the nearest bundle on a miss), ``out`` (``--out`` copies), ``messages`` (the
+run's context-scoped sink for messages to people).
 """
 
 from typing import TYPE_CHECKING
 
 from neuronc._lazy import lazy_attributes
-from neuronc.pipeline.context import BuildContext, resolve_build
+from neuronc.pipeline.context import UNRESOLVED, BuildContext, resolve_build
 from neuronc.pipeline.report import (
     BuildReport,
     BuildStatus,
@@ -26,11 +27,11 @@ from neuronc.pipeline.report import (
     overall_exit_code,
     run_report,
 )
-from neuronc.pipeline.run import build_one, check_backends, compile_profiles, open_store, select_builds
+from neuronc.pipeline.run import BuildOptions, build_one, check_backends, compile_profiles, open_store, select_builds
 
 if TYPE_CHECKING:
     from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
-    from neuronc.pipeline.out import bundle_dirname, copy_bundle
+    from neuronc.pipeline.out import bundle_dirname, place_bundle
     from neuronc.pipeline.stages import failed_logs_root
 
 # What only a miss or --out needs is imported when first asked for: a store hit never loads it.
@@ -38,7 +39,7 @@ _LAZY = {
     "nearest_bundle": "neuronc.pipeline.nearest",
     "nearest_lines": "neuronc.pipeline.nearest",
     "bundle_dirname": "neuronc.pipeline.out",
-    "copy_bundle": "neuronc.pipeline.out",
+    "place_bundle": "neuronc.pipeline.out",
     "failed_logs_root": "neuronc.pipeline.stages",
 }
 
@@ -47,7 +48,9 @@ __getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
+    "UNRESOLVED",
     "BuildContext",
+    "BuildOptions",
     "BuildReport",
     "BuildStatus",
     "NearestBundle",
@@ -56,12 +59,12 @@ __all__ = [
     "bundle_dirname",
     "check_backends",
     "compile_profiles",
-    "copy_bundle",
     "failed_logs_root",
     "nearest_bundle",
     "nearest_lines",
     "open_store",
     "overall_exit_code",
+    "place_bundle",
     "resolve_build",
     "run_report",
     "select_builds",

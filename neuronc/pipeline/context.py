@@ -1,20 +1,25 @@
-"""A build resolved once: spec, backend and toolchain, where the model is, the config key (and, on a miss, the plan).
+"""A build resolved once: backend and toolchain, where the model is, the revision it resolves to,
+the config key, and (when needed) the plan.
 
-Every later stage reads the context; none of them resolves the model directory, the revision or
-the keys again.
+``resolve_build`` is the one place a build's key is worked out: ``compile``, ``compile --only``,
+``plan``, ``matrix``, ``validate`` and ``hash`` all call it, so they agree on every build's key.
+Every later stage reads the context; none of them looks the backend up or resolves anything again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from neuronc.backends.base import Availability, Backend, CompilePlan
-from neuronc.errors import BackendUnavailableError
+from neuronc.errors import BackendUnavailableError, CheckpointError
 from neuronc.keys import ConfigKey
 from neuronc.spec import BuildSpec
+
+UNRESOLVED = "unresolved"
 
 
 @dataclass(frozen=True)
@@ -23,22 +28,39 @@ class BuildContext:
 
     spec: BuildSpec
     backend: Backend
+    availability: Availability
     versions: dict[str, str | None]
     toolchain_key: str
     toolchain_label: str
     # The model's local directory (None: a hub model, downloaded by the resolve stage on a miss).
     model_dir: Path | None
-    # The commit a hub model's revision resolves to (None for a local directory).
+    # The commit a hub model's revision resolves to (None for a local directory, or unresolved).
     revision: str | None
-    config: ConfigKey
+    # None when the hub model's revision cannot be resolved here (offline, not in the HF cache).
+    config_key: ConfigKey | None
+    # Why the revision could not be resolved (with config_key None).
+    unresolved: CheckpointError | None = None
 
     @property
     def label(self) -> str:
         return self.spec.label
 
+    @property
+    def config(self) -> ConfigKey:
+        """The config key; raises the resolution error (exit 2) for an unresolved build."""
+        if self.config_key is None:
+            assert self.unresolved is not None
+            raise self.unresolved
+        return self.config_key
+
+    @property
+    def key_text(self) -> str:
+        """The full config hash, or ``unresolved``: what `plan` and `matrix` print."""
+        return self.config_key.hash if self.config_key is not None else UNRESOLVED
+
     @cached_property
     def plan(self) -> CompilePlan:
-        """The graphs the backend compiles: needed on a miss only (the profile loader checked the spec)."""
+        """The graphs the backend compiles (the profile loader checked the spec): computed once, when asked."""
         return self.backend.plan(self.spec)
 
     @cached_property
@@ -50,32 +72,66 @@ class BuildContext:
             return read_model_config(self.model_dir, required=False)
         return find_model_config(self.spec.model.id, self.revision or self.spec.model.revision, None)
 
+    def require_available(self) -> None:
+        """BackendUnavailableError (exit 5) unless the backend can compile here."""
+        if not self.availability.available:
+            msg = f"backend '{self.spec.backend}' cannot compile on this machine: {self.availability.reason}"
+            raise BackendUnavailableError(msg, hint=self.availability.install_hint)
 
-def resolve_build(spec: BuildSpec, availability: Availability | None = None) -> BuildContext:
-    """Resolve a build once: its backend (which must be available), model location, revision and keys.
 
-    Imports neither torch nor transformers: a store hit is decided from this alone.
+def resolve_build(
+    spec: BuildSpec,
+    *,
+    backend: Backend | None = None,
+    availability: Availability | None = None,
+    strict: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> BuildContext:
+    """Resolve a build once: its backend, toolchain, model location, revision and config key.
+
+    ``strict`` (compile): the backend must be available (exit 5) and a hub model's revision must
+    resolve (exit 2). Not strict (plan, matrix, validate): an unavailable backend's toolchain is the
+    versions installed here, and a revision that cannot be resolved leaves the key ``unresolved``
+    rather than guessing one. ``environ`` stands for ``os.environ`` where compiler flags are read
+    from it (``NEURON_CC_FLAGS``). Imports neither torch nor transformers: a store hit is decided from this.
     """
-    from neuronc.backends import get_backend
     from neuronc.keys import config_key, spec_model_dir, toolchain_key, toolchain_label
     from neuronc.model.source import resolve_revision
 
-    backend = get_backend(spec.backend)
+    if backend is None:
+        from neuronc.backends import get_backend
+
+        backend = get_backend(spec.backend)
     if availability is None:
         availability = backend.availability()
-    if not availability.available:
+    if strict and not availability.available:
         msg = f"backend '{spec.backend}' cannot compile on this machine: {availability.reason}"
         raise BackendUnavailableError(msg, hint=availability.install_hint)
-    versions = dict(availability.versions)
+    versions = dict(availability.versions or backend.toolchain_versions())
     model_dir = spec_model_dir(spec)
-    revision = None if model_dir is not None else resolve_revision(spec.model.id, spec.model.revision)
+    revision: str | None = None
+    unresolved: CheckpointError | None = None
+    key: ConfigKey | None = None
+    if model_dir is None:
+        try:
+            revision = resolve_revision(spec.model.id, spec.model.revision)
+        except CheckpointError as exc:
+            if strict:
+                raise
+            unresolved = exc
+    if unresolved is None:
+        key = config_key(
+            spec, flags_mode=backend.compiler_flags_mode, model_dir=model_dir, revision=revision, environ=environ
+        )
     return BuildContext(
         spec=spec,
         backend=backend,
+        availability=availability,
         versions=versions,
         toolchain_key=toolchain_key(versions),
-        toolchain_label=toolchain_label(spec.backend, versions),
+        toolchain_label=toolchain_label(spec.backend, backend.toolchain_package, versions),
         model_dir=model_dir,
         revision=revision,
-        config=config_key(spec, resolved_revision=revision, model_dir=model_dir),
+        config_key=key,
+        unresolved=unresolved,
     )

@@ -129,17 +129,28 @@ class BuildReport:
     messages: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_spec(cls, spec: BuildSpec, status: BuildStatus) -> BuildReport:
+    def for_spec(cls, spec: BuildSpec, status: BuildStatus, **fields: Any) -> BuildReport:
+        """A report of ``spec`` with ``status`` and the other ``fields`` given."""
         return cls(
             profile=spec.profile_path or "<profile>",
             build_index=spec.build_index,
             status=status,
             model=spec.model.id,
             backend=spec.backend,
-            target=spec.target,
+            target=str(spec.target),
             name=spec.name,
             matrix=dict(spec.matrix_values),
+            **fields,
         )
+
+    @classmethod
+    def assemble(
+        cls, spec: BuildSpec, *, status: BuildStatus, error: NeuroncError | None = None, **fields: Any
+    ) -> BuildReport:
+        """The report of a build that ended: ``error`` makes it failed, with that error's exit code."""
+        if error is not None:
+            return cls.for_spec(spec, BuildStatus.FAILED, exit_code=error.exit_code, error=error, **fields)
+        return cls.for_spec(spec, status, **fields)
 
     @property
     def ok(self) -> bool:
@@ -155,11 +166,6 @@ class BuildReport:
     def label(self) -> str:
         """``profile.yaml`` or ``profile.yaml#2`` for matrix builds."""
         return f"{self.profile}#{self.build_index}" if self.matrix else self.profile
-
-    def fail(self, error: NeuroncError) -> None:
-        self.status = BuildStatus.FAILED
-        self.exit_code = error.exit_code
-        self.error = error
 
     def stage_seconds(self) -> dict[str, float]:
         return {s.name: round(s.seconds, 4) for s in self.stages}
@@ -197,14 +203,11 @@ class BuildReport:
             raise self.error
 
 
-def record_hit(report: BuildReport, bundle: Path) -> None:
-    """A store hit: the report names the bundle and its graphs (read from its manifest)."""
+def hit_graphs(bundle: Path) -> list[dict[str, Any]]:
+    """A stored bundle's graphs, as its manifest lists them (what a hit reports)."""
     from neuronc.bundle import read_manifest
 
-    report.status = BuildStatus.HIT
-    report.exit_code = EXIT_OK
-    report.bundle = str(bundle)
-    report.graphs = [dict(g) for g in read_manifest(bundle).graphs]
+    return [dict(g) for g in read_manifest(bundle).graphs]
 
 
 def overall_exit_code(reports: Iterable[BuildReport]) -> int:

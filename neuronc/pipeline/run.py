@@ -1,23 +1,54 @@
-"""Running builds: every build of every profile, or one ``BuildSpec``, through the stages."""
+"""Running builds: every build of every profile, or one ``BuildSpec``, through the stages.
+
+``build_one`` resolves the build once (``resolve_build``), looks it up, and on a miss compiles it
+under the key's lock; it returns a ``BuildReport`` assembled from what the stages returned. What
+stays the same for every build of a run is one frozen ``BuildOptions``; messages for people go to
+the run's context-scoped sink (``neuronc.pipeline.messages``).
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronc.backends.base import Availability
 from neuronc.errors import EXIT_ENVIRONMENT, BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
 from neuronc.pipeline.context import BuildContext, resolve_build
-from neuronc.pipeline.report import BuildReport, BuildStatus, record_hit
+from neuronc.pipeline.messages import Log, logging_to, say
+from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, hit_graphs
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import default_jobs
 from neuronc.spec import BuildSpec
 from neuronc.store import BundleStore
 
-Log = Callable[[str], None]
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What every build of a run shares."""
+
+    # Graphs compiled in parallel.
+    jobs: int = field(default_factory=default_jobs)
+    # Never compile: a build not in the store fails with exit 6.
+    require_hit: bool = False
+    # Where stage and graph progress goes.
+    progress: ProgressSink = NULL_PROGRESS
+    # Also place each bundle here (``--out``); in a sub-directory per bundle with ``out_subdir``.
+    out_dir: Path | None = None
+    out_subdir: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a build's lookup or compile produced (the report's result fields)."""
+
+    status: BuildStatus
+    bundle: Path
+    graphs: list[dict[str, object]]
+    messages: tuple[str, ...] = ()
 
 
 def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
@@ -47,25 +78,21 @@ def open_store(store: BundleStore | str | os.PathLike[str] | None) -> BundleStor
     return open_any(store)
 
 
-def select_builds(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[BuildSpec]:
-    """Builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them).
-
-    Keys are computed from the profile as written (no revision lookup), as `neuronc matrix` does.
-    """
-    from neuronc.keys import config_key
-
+def select_builds(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[BuildContext]:
+    """The builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them),
+    resolved: the key is worked out as `compile`, `plan` and `matrix` work it out."""
     keys = [k.strip().lower() for k in only if k.strip()]
     short = [k for k in keys if len(k) < 6 or not all(c in "0123456789abcdef" for c in k)]
     if short:
         msg = f"--only takes a config hash or a prefix of at least 6 hex digits, got {', '.join(short)}"
         raise InvalidInputError(msg)
-    selected: list[BuildSpec] = []
+    selected: list[BuildContext] = []
     matched: set[str] = set()
     for spec in specs:
-        config = config_key(spec)
-        hits = [k for k in keys if config.hash.startswith(k)]
+        ctx = resolve_build(spec, strict=False)
+        hits = [k for k in keys if ctx.config_key is not None and ctx.config_key.hash.startswith(k)]
         if hits:
-            selected.append(spec)
+            selected.append(ctx)
             matched.update(hits)
     missing = [k for k in keys if k not in matched]
     if missing:
@@ -111,35 +138,36 @@ def compile_profiles(
     specs = load_builds(paths)
     if not specs:
         raise InvalidInputError("no builds to compile")
-    selected = select_builds(specs, only) if only else specs
-    availabilities = check_backends(selected)  # only the builds that will run must be able to run here
-    resolved_store = open_store(store)
-    reports: list[BuildReport] = []
-    several = len(selected) > 1
-    for index, spec in enumerate(selected):
-        report = build_one(
-            spec,
-            store=resolved_store,
-            out_dir=Path(out_dir) if out_dir is not None else None,
-            out_subdir=several,
-            jobs=jobs,
+    with logging_to(log):
+        contexts: list[BuildContext | None] = list(select_builds(specs, only)) if only else [None] * len(specs)
+        selected = [c.spec for c in contexts if c is not None] if only else list(specs)
+        availabilities = check_backends(selected)  # only the builds that will run must be able to run here
+        options = BuildOptions(
+            jobs=jobs or default_jobs(),
             require_hit=require_hit,
             progress=progress,
-            log=log,
-            availability=availabilities.get(spec.backend),
+            out_dir=Path(out_dir) if out_dir is not None else None,
+            out_subdir=len(selected) > 1,
         )
-        reports.append(report)
-        if on_report is not None:
-            on_report(report)
-        if report.exit_code == EXIT_ENVIRONMENT:
-            # The same environment would fail every remaining build: say so instead of trying.
-            for rest in selected[index + 1 :]:
-                skipped = BuildReport.for_spec(rest, BuildStatus.SKIPPED)
-                skipped.messages.append(f"skipped after an environment error in {report.label}")
-                reports.append(skipped)
-                if on_report is not None:
-                    on_report(skipped)
-            break
+        resolved_store = open_store(store)
+        reports: list[BuildReport] = []
+        for index, (spec, ctx) in enumerate(zip(selected, contexts, strict=True)):
+            report = build_one(
+                spec, store=resolved_store, options=options, availability=availabilities.get(spec.backend), context=ctx
+            )
+            reports.append(report)
+            if on_report is not None:
+                on_report(report)
+            if report.exit_code == EXIT_ENVIRONMENT:
+                # The same environment would fail every remaining build: say so instead of trying.
+                for rest in selected[index + 1 :]:
+                    skipped = BuildReport.for_spec(
+                        rest, BuildStatus.SKIPPED, messages=[f"skipped after an environment error in {report.label}"]
+                    )
+                    reports.append(skipped)
+                    if on_report is not None:
+                        on_report(skipped)
+                break
     return reports
 
 
@@ -147,83 +175,78 @@ def build_one(
     spec: BuildSpec,
     *,
     store: BundleStore | str | os.PathLike[str] | None = None,
-    out_dir: Path | None = None,
-    out_subdir: bool = False,
-    jobs: int | None = None,
-    require_hit: bool = False,
-    progress: ProgressSink = NULL_PROGRESS,
-    log: Log | None = None,
+    options: BuildOptions | None = None,
     availability: Availability | None = None,
+    context: BuildContext | None = None,
 ) -> BuildReport:
     """Build one BuildSpec into the store (or find it there); never leaves a half-written bundle.
 
     A NeuroncError is recorded in the returned report (status ``failed``, its exit code, the
     exception itself); a KeyboardInterrupt removes the staging directory and propagates; any other
-    exception means a bug and propagates after the same cleanup. ``availability`` skips asking
-    the backend again.
+    exception means a bug and propagates after the same cleanup. ``availability`` and ``context``
+    skip asking the backend or resolving the build again.
     """
-    report = BuildReport.for_spec(spec, BuildStatus.FAILED)
+    options = options or BuildOptions()
+    resolved_store = open_store(store)
+    clock = StageClock(options.progress, prefix=f"{spec.label}: ")
     started = time.perf_counter()
+    ctx = context
+    nearest: NearestBundle | None = None  # on a miss; reported on a failure too
+    outcome: Outcome | None = None
+    out: Path | None = None
+    error: NeuroncError | None = None
     try:
-        _run(spec, report, open_store(store), out_dir, out_subdir, jobs, require_hit, progress, log, availability)
+        if ctx is None:
+            with clock.stage("plan", "plan", quiet=True):
+                ctx = resolve_build(spec, availability=availability)
+        with clock.stage("lookup", "store lookup", quiet=True):
+            found = resolved_store.lookup(ctx.config.hash, ctx.toolchain_key)
+        if found is None:
+            from neuronc.pipeline.nearest import nearest_bundle  # what a miss needs loads on a miss
+
+            nearest = nearest_bundle(resolved_store, ctx)
+            outcome = _build(ctx, resolved_store, options, clock, nearest)
+        else:
+            outcome = Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)))
+        out = _place_out(spec, ctx, outcome.bundle, options, clock)
     except NeuroncError as exc:
-        report.fail(exc)
-    finally:
-        report.wall_seconds = time.perf_counter() - started
-    return report
-
-
-def _run(
-    spec: BuildSpec,
-    report: BuildReport,
-    store: BundleStore,
-    out_dir: Path | None,
-    out_subdir: bool,
-    jobs: int | None,
-    require_hit: bool,
-    progress: ProgressSink,
-    log: Log | None,
-    availability: Availability | None,
-) -> None:
-    say: Log = log or (lambda message: None)
-    clock = StageClock(report, progress, prefix=f"{report.label}: ")
-    with clock.stage("plan", "plan", quiet=True):
-        ctx = resolve_build(spec, availability)
-        report.toolchain_key = ctx.toolchain_key
-        report.toolchain_label = ctx.toolchain_label
-        report.config_hash = ctx.config.hash
-    with clock.stage("lookup", "store lookup", quiet=True):
-        found = store.lookup(ctx.config.hash, ctx.toolchain_key)
-    if found is None:
-        _build(ctx, report, store, jobs or default_jobs(), require_hit, progress, say, clock)
-    else:
-        record_hit(report, Path(found))
-    _place_out(report, out_dir, out_subdir, clock)
+        error = exc
+    return BuildReport.assemble(
+        spec,
+        status=outcome.status if outcome is not None and error is None else BuildStatus.FAILED,
+        config_hash=ctx.config_key.hash if ctx is not None and ctx.config_key is not None else None,
+        toolchain_key=ctx.toolchain_key if ctx is not None else None,
+        toolchain_label=ctx.toolchain_label if ctx is not None else None,
+        bundle=str(outcome.bundle) if outcome is not None else None,
+        out=str(out) if out is not None else None,
+        graphs=outcome.graphs if outcome is not None else [],
+        stages=clock.stages,
+        wall_seconds=time.perf_counter() - started,
+        error=error,
+        nearest=nearest,
+        messages=list(outcome.messages) if outcome is not None else [],
+    )
 
 
 def _build(
     ctx: BuildContext,
-    report: BuildReport,
     store: BundleStore,
-    jobs: int,
-    require_hit: bool,
-    progress: ProgressSink,
-    say: Log,
+    options: BuildOptions,
     clock: StageClock,
-) -> None:
+    nearest: NearestBundle | None,
+) -> Outcome:
     """A miss: say what is nearest, check the build fits, then compile it once under the key's lock."""
-    # What a miss needs (the nearest bundle, the stages that compile) loads only on a miss.
-    from neuronc.pipeline.nearest import nearest_bundle, nearest_lines
+    # What a miss needs (the stages that compile) loads only on a miss.
+    from neuronc.pipeline.nearest import nearest_lines
     from neuronc.pipeline.stages import compile_into_store, preflight
 
-    report.nearest = nearest_bundle(store, ctx)
-    if require_hit:
+    if options.require_hit:
         msg = f"{ctx.label}: no bundle for config {ctx.config.short} with toolchain {ctx.toolchain_label} in the store"
-        raise CacheMissError(msg, details=nearest_lines(report.nearest), hint="compile without --require-hit")
-    for line in nearest_lines(report.nearest):
+        raise CacheMissError(msg, details=nearest_lines(nearest), hint="compile without --require-hit")
+    for line in nearest_lines(nearest):
         say(f"{ctx.label}: {line}")
     with clock.stage("preflight", "memory pre-flight", quiet=True):
-        preflight(ctx, jobs, say)
+        preflight(ctx, options.jobs)
         # A missing bucket or a read-only store fails now (exit 5), not after an hour of compiling.
         store.ensure_writable()
 
@@ -234,18 +257,29 @@ def _build(
         # Another process may have published the bundle while this one waited for the lock.
         found = store.lookup(ctx.config.hash, ctx.toolchain_key)
         if found is not None:
-            report.messages.append("built concurrently by another process; reused")
-            record_hit(report, Path(found))
-        else:
-            compile_into_store(ctx, report, store, jobs, progress, clock)
+            return Outcome(
+                BuildStatus.HIT,
+                Path(found),
+                hit_graphs(Path(found)),
+                ("built concurrently by another process; reused",),
+            )
+        built = compile_into_store(ctx, store, options, clock)
+    if built.lost_race:
+        # Another host published this key first: its bundle is the one in the store, and the one
+        # this build uses (the local copy was replaced by it).
+        message = built.message or f"another publisher stored {ctx.config.short} first"
+        return Outcome(BuildStatus.HIT, built.bundle, hit_graphs(built.bundle), (message,))
+    return Outcome(BuildStatus.BUILT, built.bundle, built.graphs)
 
 
-def _place_out(report: BuildReport, out_dir: Path | None, subdir: bool, clock: StageClock) -> None:
-    if out_dir is None or report.bundle is None:
-        return
-    from neuronc.pipeline.out import bundle_dirname, copy_bundle
+def _place_out(
+    spec: BuildSpec, ctx: BuildContext, bundle: Path, options: BuildOptions, clock: StageClock
+) -> Path | None:
+    if options.out_dir is None:
+        return None
+    from neuronc.pipeline.out import bundle_dirname, place_bundle
 
-    dest = out_dir / bundle_dirname(report) if subdir else out_dir
+    dest = options.out_dir / bundle_dirname(spec, ctx.config.hash) if options.out_subdir else options.out_dir
     with clock.stage("out", f"copy bundle to {dest}", quiet=True):
-        copy_bundle(Path(report.bundle), dest)
-    report.out = str(dest)
+        place_bundle(bundle, dest)
+    return dest

@@ -1,5 +1,5 @@
-"""The stages of one build after it is resolved: lookup, pre-flight, resolve checkpoint, split,
-model files, compile, publish. Each takes the ``BuildContext`` and the report it fills in."""
+"""The stages of one build after it is resolved, on a miss: pre-flight, resolve checkpoint, split,
+model files, compile, publish. Each takes the ``BuildContext`` and returns what it produced."""
 
 from __future__ import annotations
 
@@ -7,61 +7,64 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronc.backends.base import CompileJob, CompileResult
-from neuronc.bundle import BundleWriter
-from neuronc.errors import EXIT_OK, CompileError, NeuroncError, log_tail
+from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, WeightsSource
+from neuronc.errors import CompileError, NeuroncError, log_tail
 from neuronc.fsutil import plural
 from neuronc.pipeline.context import BuildContext
-from neuronc.pipeline.report import BuildReport, BuildStatus, record_hit
+from neuronc.pipeline.messages import say
 from neuronc.pipeline.timing import StageClock
-from neuronc.progress import ProgressSink
 from neuronc.store import BundleStore
+
+if TYPE_CHECKING:
+    from neuronc.pipeline.run import BuildOptions
 
 _LOG_TAIL_LINES = 20
 
 
-def preflight(ctx: BuildContext, jobs: int, log: Callable[[str], None]) -> None:
+@dataclass(frozen=True)
+class Built:
+    """A compiled and published bundle; ``lost_race``: another host published the key first, and
+    ``bundle`` is its bundle."""
+
+    bundle: Path
+    graphs: list[dict[str, Any]]
+    lost_race: bool = False
+    message: str | None = None
+
+
+def preflight(ctx: BuildContext, jobs: int) -> None:
     """The memory estimate `neuronc plan` shows: a build that cannot fit fails (exit 2) before it compiles."""
     from neuronc.preflight import preflight as check
 
-    estimate = check(ctx.spec, ctx.model_config, jobs=jobs)
+    estimate = check(ctx.spec, ctx.model_config, backend=ctx.backend, graphs=len(ctx.plan.graphs), jobs=jobs)
     for warning in estimate.warnings:
-        log(f"warning: {warning}")
+        say(f"warning: {warning}")
 
 
-def compile_into_store(
-    ctx: BuildContext,
-    report: BuildReport,
-    store: BundleStore,
-    jobs: int,
-    progress: ProgressSink,
-    clock: StageClock,
-) -> None:
+def compile_into_store(ctx: BuildContext, store: BundleStore, options: BuildOptions, clock: StageClock) -> Built:
     """Resolve the checkpoint, split, copy model files, compile and publish; never leave a half-written bundle."""
     from neuronc.model.source import resolve_checkpoint
 
     spec = ctx.spec
-    writer = store.writer(
-        ctx.config.hash, ctx.toolchain_key, toolchain=ctx.versions, backend=spec.backend, model_id=spec.model.id
-    )
+    writer = store.writer(ctx.config.hash, ctx.toolchain_key)
     staging = Path(writer.path)
-    finished = False
     try:
         with clock.stage("resolve", "resolve checkpoint"):
             model_dir, source = resolve_checkpoint(spec, ctx.model_dir, ctx.revision)
         weights_dir: Path | None = None
-        shards: list[dict[str, Any]] = []
+        shards: list[Shard] = []
         # A backend that shards in its own format (the Neuron SDKs) never reads neuronc's rank
         # shards; writing them would only cost time and disk.
         if spec.weights == "presharded" and ctx.backend.consumes_rank_shards:
             # The splitter draws its own byte-progress bar.
             with clock.stage("split", f"split weights (tp={spec.tp_degree})", quiet=True):
                 weights_dir = staging / "weights"
-                shards = _split(model_dir, weights_dir, ctx, writer, progress)
+                shards = _split(model_dir, weights_dir, ctx, writer, options)
         with clock.stage("model_files", "copy config and tokenizer"):
             _add_model_files(model_dir, writer)
             _add_profile(ctx, writer)
@@ -73,34 +76,39 @@ def compile_into_store(
             logs_dir=staging / "logs",
             work_dir=writer.scratch_dir,
             weights_dir=weights_dir,
-            jobs=jobs,
-            progress=progress,
+            jobs=options.jobs,
+            progress=options.progress,
         )
         job.artifacts_dir.mkdir(parents=True, exist_ok=True)
         job.logs_dir.mkdir(parents=True, exist_ok=True)
         graphs = plural(len(ctx.plan.graphs), "graph")
         with clock.stage("compile", f"compile {graphs} with {spec.backend}", children=True):
             result = _compile(ctx, job)
-        report.graphs = _graph_records(result)
+        records = _graph_records(result)
         with clock.stage("publish", "write manifest and publish"):
-            bundle = writer.finish(_manifest_fields(ctx, report, source, shards, result))
-        finished = True
-        published = writer.published
-        if published is not None and published.lost_race:
-            # Another host published this key first: its bundle is the one in the store, and
-            # the one this build uses (the local copy was replaced by it).
-            record_hit(report, bundle)
-            report.messages.append(published.message or f"another publisher stored {ctx.config.short} first")
-            return
-        report.status = BuildStatus.BUILT
-        report.exit_code = EXIT_OK
-        report.bundle = str(bundle)
+            record = BuildRecord.for_build(
+                spec,
+                ctx.config,
+                ctx.versions,
+                toolchain_label=ctx.toolchain_label,
+                graphs=records,
+                shards=shards,
+                weights=WeightsSource.model_validate(source, strict=False),
+                # The stages so far (publish is timed by the clock, not recorded in the manifest).
+                stages=[s.to_manifest() for s in clock.stages],
+                extra=dict(result.extra),
+            )
+            bundle = writer.finish(record)
     except CompileError as exc:
         _keep_logs(exc, staging, ctx)
         raise
     finally:
-        if not finished:
-            writer.abort()
+        writer.abort()  # nothing once finished; the staging directory otherwise
+    published = writer.published
+    graphs_json = [g.model_dump() for g in records]
+    if published is not None and published.lost_race:
+        return Built(bundle, graphs_json, lost_race=True, message=published.message)
+    return Built(bundle, graphs_json)
 
 
 def _compile(ctx: BuildContext, job: CompileJob) -> CompileResult:
@@ -114,62 +122,38 @@ def _compile(ctx: BuildContext, job: CompileJob) -> CompileResult:
         raise CompileError(msg) from exc
 
 
-def _graph_records(result: CompileResult) -> list[dict[str, Any]]:
+def _graph_records(result: CompileResult) -> list[Graph]:
     return [
-        {
-            **g.graph.to_json(),
-            "artifact": g.artifact,
-            "compile_seconds": round(g.compile_seconds, 3),
-            "cache_hit": g.cache_hit,
-        }
+        Graph(
+            name=g.graph.name,
+            role=g.graph.role,
+            batch=g.graph.batch,
+            bucket=g.graph.bucket,
+            artifact=g.artifact,
+            compile_seconds=round(g.compile_seconds, 3),
+            cache_hit=g.cache_hit,
+        )
         for g in result.graphs
     ]
 
 
-def _manifest_fields(
-    ctx: BuildContext,
-    report: BuildReport,
-    source: dict[str, Any],
-    shards: list[dict[str, Any]],
-    result: CompileResult,
-) -> dict[str, Any]:
-    """Everything the manifest says about this build; the writer adds files, time and host."""
-    from neuronc import __version__
-
-    spec = ctx.spec
-    return {
-        "neuronc_version": __version__,
-        "backend": spec.backend,
-        "target": spec.target,
-        "profile": spec.normalized(),
-        "config_hash": ctx.config.hash,
-        "hashed_fields": list(ctx.config.fields),
-        "hashed_inputs": ctx.config.inputs,
-        "toolchain": dict(ctx.versions),
-        "toolchain_key": ctx.toolchain_key,
-        "graphs": report.graphs,
-        "shards": shards,
-        "weights": source,
-        "stages": [s.to_manifest() for s in report.stages],
-        "extra": dict(result.extra),
-    }
-
-
 def _split(
-    model_dir: Path, weights_dir: Path, ctx: BuildContext, writer: BundleWriter, progress: ProgressSink
-) -> list[dict[str, Any]]:
+    model_dir: Path, weights_dir: Path, ctx: BuildContext, writer: BundleWriter, options: BuildOptions
+) -> list[Shard]:
     from neuronc.checkpoint import split_checkpoint
 
     spec = ctx.spec
     # hash=True: the manifest records each shard's SHA-256 and the bundle writer adopts it unread.
-    result = split_checkpoint(model_dir, weights_dir, spec.tp_degree, dtype=spec.amp, progress=progress, hash=True)
-    shards = []
+    result = split_checkpoint(
+        model_dir, weights_dir, spec.tp_degree, dtype=spec.amp, progress=options.progress, hash=True
+    )
+    shards: list[Shard] = []
     recorded: set[str] = set()
     for shard in result.shards:
         rel = f"weights/{Path(shard.file).name}"
-        writer.adopt(rel, role="weights", sha256=shard.sha256, size=shard.bytes)
+        entry = writer.adopt(rel, role="weights", sha256=shard.sha256, size=shard.bytes)
         recorded.add(rel)
-        shards.append({"rank": shard.rank, "file": rel, "bytes": shard.bytes, "sha256": shard.sha256})
+        shards.append(Shard(rank=shard.rank, file=rel, bytes=entry.size, sha256=entry.sha256))
     # Anything else the splitter wrote (index.json) is hashed by the writer.
     for path in sorted(weights_dir.rglob("*")):
         rel = path.relative_to(weights_dir.parent).as_posix()

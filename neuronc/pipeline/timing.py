@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 
-from neuronc.pipeline.report import BuildReport, StageReport
+from neuronc.pipeline.report import StageReport
 from neuronc.progress import ProgressSink
 from neuronc.resources import peak_rss_bytes, reset_peak_rss, worker_peak_since, worker_peaks_mark
 
@@ -14,8 +14,8 @@ from neuronc.resources import peak_rss_bytes, reset_peak_rss, worker_peak_since,
 class StageClock:
     """Times stages and measures each one's peak RSS (Linux resets the high-water mark per stage)."""
 
-    def __init__(self, report: BuildReport, progress: ProgressSink, prefix: str) -> None:
-        self._report = report
+    def __init__(self, progress: ProgressSink, prefix: str) -> None:
+        self.stages: list[StageReport] = []
         self._progress = progress
         self._prefix = prefix
 
@@ -33,7 +33,7 @@ class StageClock:
             ok = True
         finally:
             seconds = time.perf_counter() - start
-            self._report.stages.append(
+            self.stages.append(
                 StageReport(
                     name=name,
                     seconds=seconds,

@@ -4,12 +4,12 @@
 memory numbers and refuses (``preflight``, exit 2) a build known not to fit its target.
 """
 
+from neuronc.hardware import hbm_per_core
 from neuronc.preflight.estimate import (
     GIB,
     Estimate,
     estimate,
     gib,
-    hbm_per_core,
     host_ram_bytes,
     load_model_config,
     preflight,

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import PreflightError
 from neuronc.fsutil import format_bytes
+from neuronc.hardware import hbm_per_core
 from neuronc.preflight.params import DTYPE_BYTES, ModelDims, model_dims
 
 if TYPE_CHECKING:
@@ -161,16 +162,6 @@ def gib(value: int | None) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def hbm_per_core(target: str, options: Mapping[str, Any] | None = None) -> int | None:
-    """HBM per NeuronCore for a target (AWS Neuron docs, NxD Inference API guide); None for cpu."""
-    from neuronc.backends.base import HBM_BYTES_PER_CORE
-
-    value = HBM_BYTES_PER_CORE.get(target)
-    if value is not None and target == "trn2" and int((options or {}).get("logical_nc_config", 2)) == 1:
-        return value // 2  # LNC=1: one physical core, half of a logical LNC=2 core
-    return value
-
-
 def _label(spec: BuildSpec) -> str:
     base = spec.name or spec.model.id
     return f"{base} [build {spec.build_index}]" if spec.matrix_values else base
@@ -188,8 +179,9 @@ def estimate(
     spec: BuildSpec,
     model_config: Mapping[str, Any] | None,
     *,
+    backend: Backend,
+    graphs: int,
     jobs: int | None = None,
-    graphs: int | None = None,
     host_ram: int | None = None,
 ) -> Estimate:
     """Estimate device and host memory for one build (``model_config`` None → unknown).
@@ -197,12 +189,11 @@ def estimate(
     Args:
         spec: the build.
         model_config: the model's config.json as a dict, or None when it is not available locally.
+        backend: the build's backend (its host-RAM model).
+        graphs: how many graphs the build compiles (its plan's).
         jobs: graphs compiled in parallel (default 1; the compile host's cores in practice).
-        graphs: how many graphs the build compiles (default: the backend's plan).
         host_ram: physical memory to warn against (default: none; ``host_ram_bytes()`` for this host).
     """
-    if graphs is None:
-        graphs = _graph_count(spec)
     jobs = max(1, jobs or 1)
     est = Estimate(
         label=_label(spec),
@@ -244,7 +235,7 @@ def estimate(
         )
     else:
         est.host_split_bytes = 0
-    model = _backend(spec).host_ram
+    model = backend.host_ram
     if model is not None:
         per_graph = model.per_graph_bytes + (2 * est.weights_bytes if model.weights_per_graph else 0)
         est.host_compile_per_graph_bytes = per_graph
@@ -253,17 +244,6 @@ def estimate(
         )
     _warn(est, host_ram)
     return est
-
-
-def _backend(spec: BuildSpec) -> Backend:
-    from neuronc.backends import get_backend
-
-    return get_backend(spec.backend)
-
-
-def _graph_count(spec: BuildSpec) -> int:
-    """How many graphs the backend plans for the build (validate has already checked the build)."""
-    return len(_backend(spec).plan(spec).graphs)
 
 
 def _warn(est: Estimate, host_ram: int | None) -> None:
@@ -290,14 +270,14 @@ def load_model_config(spec: BuildSpec) -> dict[str, Any] | None:
     return find_model_config(spec.model.id, spec.model.revision, base_dir)
 
 
-def smallest_fitting_tp(spec: BuildSpec, model_config: Mapping[str, Any]) -> int | None:
+def smallest_fitting_tp(spec: BuildSpec, model_config: Mapping[str, Any], backend: Backend) -> int | None:
     """The smallest tensor-parallel degree above the build's that the backend supports on the target
     and at which the build fits (None when none does)."""
-    degrees: Sequence[int] = sorted(_backend(spec).supported_tp_degrees(spec.target, spec.options) or ())
+    degrees: Sequence[int] = sorted(backend.supported_tp_degrees(spec.target, spec.options) or ())
     for tp in degrees:
         if tp <= spec.tp_degree:
             continue
-        trial = estimate(spec.model_copy(update={"tp_degree": tp}), model_config, graphs=0)
+        trial = estimate(spec.model_copy(update={"tp_degree": tp}), model_config, backend=backend, graphs=0)
         if trial.fits:
             return tp
     return None
@@ -307,6 +287,8 @@ def preflight(
     spec: BuildSpec,
     model_config: Mapping[str, Any] | None,
     *,
+    backend: Backend,
+    graphs: int,
     jobs: int | None = None,
     host_ram: int | None = None,
 ) -> Estimate:
@@ -315,7 +297,7 @@ def preflight(
     An unknown estimate (no config.json locally, or an unsupported family) passes: only a build
     known not to fit is refused.
     """
-    est = estimate(spec, model_config, jobs=jobs, host_ram=host_ram)
+    est = estimate(spec, model_config, backend=backend, graphs=graphs, jobs=jobs, host_ram=host_ram)
     if est.fits is False:
         assert model_config is not None
         assert est.device_per_core_bytes is not None and est.hbm_per_core_bytes is not None
@@ -330,7 +312,7 @@ def preflight(
             f"KV cache: {gib(est.kv_cache_per_core_bytes)} per core (batch {spec.batch_size} × max_length "
             f"{spec.sequence.max_length} × {est._kv_shape()})",
         ]
-        better = smallest_fitting_tp(spec, model_config)
+        better = smallest_fitting_tp(spec, model_config, backend)
         hint = "lower batch_size or sequence.max_length"
         if better is not None:
             hint = f"raise tp_degree to {better} (the smallest supported degree that fits), or {hint}"

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from neuronc.backends.base import Backend, CompilerFlagsMode
+from neuronc.backends.base import Backend
+from neuronc.keys import CompilerFlagsMode
 from neuronc.profile._schema import pydantic_message
 from neuronc.spec import AMP_TO_DTYPE, NEURON_TARGETS, TARGETS, TASKS, WEIGHT_MODES
 

@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from neuronc._lazy import lazy_attributes
-from neuronc.bundle._publish import Published, PublishHook, PublishStatus
+from neuronc.bundle.publish import Published, PublishHook, PublishStatus
 from neuronc.errors import InvalidInputError
 from neuronc.store._api import HASH_PREFIX, BundleStore, Nearest
 from neuronc.store._lock import KeyLock
@@ -27,7 +27,8 @@ from neuronc.store._records import (
     StoreEntry,
     Verified,
 )
-from neuronc.store._remote_url import (
+from neuronc.store.local import STORE_ENV, LocalStore, Store, default_store_path, model_slug
+from neuronc.store.remote.url import (
     OBJECTS_DIR,
     StoreURL,
     default_cache_dir,
@@ -36,19 +37,18 @@ from neuronc.store._remote_url import (
     parse_store_url,
     split_bundle_url,
 )
-from neuronc.store.local import STORE_ENV, LocalStore, Store, default_store_path, model_slug
 
 if TYPE_CHECKING:
-    from neuronc.store._remote_io import RemoteSettings
     from neuronc.store.remote import DEFAULT_GC_GRACE_SECONDS, RemoteStore, UploadResult
+    from neuronc.store.remote.io import RemoteSettings
 
 # The remote store's modules (asyncio, thread pools, fsspec on first use) load only when a remote
 # name is asked for: a local store hit never imports them.
 _REMOTE_NAMES = {
-    "RemoteStore": "neuronc.store.remote",
-    "UploadResult": "neuronc.store.remote",
-    "DEFAULT_GC_GRACE_SECONDS": "neuronc.store.remote",
-    "RemoteSettings": "neuronc.store._remote_io",
+    "RemoteStore": "neuronc.store.remote.store",
+    "UploadResult": "neuronc.store.remote.store",
+    "DEFAULT_GC_GRACE_SECONDS": "neuronc.store.remote.store",
+    "RemoteSettings": "neuronc.store.remote.io",
 }
 
 
@@ -58,21 +58,28 @@ __getattr__ = lazy_attributes(__name__, _REMOTE_NAMES)
 def open_store(
     location: BundleStore | str | os.PathLike[str] | None = None, *, cache_dir: str | os.PathLike[str] | None = None
 ) -> BundleStore:
-    """The store at ``location``: a directory (None: $NEURONC_STORE or the user cache), s3:// or hf://.
+    """The store at ``location`` (``--store``), else at $NEURONC_STORE, else the user cache's bundles/.
 
-    A ``BundleStore`` is returned as it is. ``cache_dir`` is a remote store's local cache.
+    Either names a directory, ``file://``, ``s3://`` or ``hf://`` store, and both go through the
+    same checks: an unknown scheme is an InvalidInputError (exit 2). A ``BundleStore`` is returned
+    as it is. ``cache_dir`` is a remote store's local cache.
     """
     if isinstance(location, BundleStore):
         return location
+    origin = "--store"
     text = "" if location is None else os.fspath(location)
+    if not text:
+        origin, text = STORE_ENV, os.environ.get(STORE_ENV, "")
     if is_remote(text):
         from neuronc.store.remote import RemoteStore
 
         return RemoteStore(text, cache_dir=cache_dir)
-    if "://" in text and not text.startswith("file://"):
-        msg = f"--store {text}: unsupported scheme"
+    if text.startswith("file://"):
+        text = text.removeprefix("file://")
+    elif "://" in text:
+        msg = f"{origin} {text}: unsupported scheme '{text.split('://', 1)[0]}'"
         raise InvalidInputError(msg, hint="use a directory, s3://bucket/prefix or hf://org/repo")
-    return LocalStore.from_option(text or None)
+    return LocalStore(text) if text else LocalStore(default_store_path())
 
 
 def verify_url(url: str, *, jobs: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Verified:

@@ -21,7 +21,7 @@ from neuronc.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from neuronc.bundle import BundleWriter, Manifest
-    from neuronc.bundle._publish import Published
+    from neuronc.bundle.publish import Published
     from neuronc.store._lock import KeyLock
     from neuronc.store._records import GcReport, Probe, Repair, StoreEntry, Verified
 
@@ -96,16 +96,7 @@ class BundleStore(ABC):
         """
 
     @abstractmethod
-    def writer(
-        self,
-        config_hash: str,
-        toolchain_key: str | None = None,
-        *,
-        toolchain: Mapping[str, str | None] | None = None,
-        backend: str | None = None,
-        model_id: str | None = None,
-        expected_bytes: int | None = None,
-    ) -> BundleWriter:
+    def writer(self, config_hash: str, toolchain_key: str, *, expected_bytes: int | None = None) -> BundleWriter:
         """A BundleWriter whose ``finish`` publishes into this store (call it while holding ``lock``)."""
 
     @abstractmethod

@@ -17,12 +17,12 @@ import builtins
 import contextlib
 import os
 import secrets
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
-from neuronc.bundle._fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
+from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
 from neuronc.store._lock import KeyLock
@@ -37,16 +37,14 @@ from neuronc.store._records import (
 )
 
 if TYPE_CHECKING:
-    from neuronc.bundle._publish import Published
+    from neuronc.bundle.publish import Published
 
 STORE_ENV = "NEURONC_STORE"
 
 
 def default_store_path() -> Path:
-    """$NEURONC_STORE, else bundles/ in the user cache directory (see neuronc.locations)."""
-    env = os.environ.get(STORE_ENV)
-    if env:
-        return Path(env).expanduser()
+    """bundles/ in the user cache directory (see neuronc.locations): the store when neither --store
+    nor $NEURONC_STORE names one (``neuronc.store.open_store`` reads both, URLs included)."""
     from neuronc.locations import user_cache_dir
 
     return user_cache_dir() / "bundles"
@@ -68,29 +66,18 @@ class LocalStore(BundleStore):
     """A directory of complete bundles keyed by (config hash, toolchain key)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(os.path.abspath(Path(root).expanduser()))
+        try:
+            expanded = Path(root).expanduser()
+        except RuntimeError as exc:  # "~nosuchuser/...": Python cannot find that home directory
+            msg = f"store {os.fspath(root)}: {exc}"
+            raise InvalidInputError(
+                msg, hint="name the store's directory without ~user, or with a user that exists"
+            ) from None
+        self.root = Path(os.path.abspath(expanded))
 
     @property
     def location(self) -> str:
         return str(self.root)
-
-    @classmethod
-    def default(cls) -> LocalStore:
-        """The user's store: $NEURONC_STORE, else the user cache directory (XDG_CACHE_HOME-aware)."""
-        return cls(default_store_path())
-
-    @classmethod
-    def from_option(cls, value: str | os.PathLike[str] | None) -> LocalStore:
-        """The store named by ``--store`` (a directory), else the default."""
-        if value is None or str(value) == "":
-            return cls.default()
-        text = str(value)
-        if text.startswith("file://"):
-            text = text[len("file://") :]
-        elif "://" in text:
-            msg = f"--store {text}: remote stores cannot be used here"
-            raise InvalidInputError(msg, hint="pass a local directory (remote stores are for publish and fetch)")
-        return cls(text)
 
     @property
     def staging_dir(self) -> Path:
@@ -101,32 +88,18 @@ class LocalStore(BundleStore):
         return self.root / ".locks"
 
     # -- keys and paths ---------------------------------------------------------------------
-    def bundle_path(
-        self,
-        *,
-        model_id: str | None,
-        backend: str,
-        toolchain: Mapping[str, str | None],
-        config_hash: str,
-        local_model: bool = False,
-    ) -> Path:
-        """Where the bundle for these keys lives: <store>/<model-slug>/<toolchain-label>/<hash prefix>/."""
+    def path_for(self, manifest: Manifest) -> Path:
+        """Where the bundle with this manifest lives: <store>/<model-slug>/<toolchain-label>/<hash prefix>/.
+
+        The label is the one the build recorded (schema 1.1); a 1.0 manifest gets ``<backend>-<key[:8]>``.
+        """
         from neuronc.keys import toolchain_label
 
-        config_hash = check_hex(config_hash, "config hash")
-        slug = model_slug(model_id, local=local_model)
-        return self.root / slug / toolchain_label(backend, toolchain) / config_hash[:HASH_PREFIX]
-
-    def path_for(self, manifest: Manifest) -> Path:
-        """Where the bundle with this manifest lives in this store."""
         identity = manifest.hashed_inputs.get("model.identity")
-        return self.bundle_path(
-            model_id=manifest.model_id,
-            backend=manifest.backend,
-            toolchain=manifest.toolchain,
-            config_hash=manifest.config_hash,
-            local_model=isinstance(identity, dict) and "local_fingerprint" in identity,
-        )
+        local = isinstance(identity, dict) and "local_fingerprint" in identity
+        slug = model_slug(manifest.model_id, local=local)
+        label = manifest.toolchain_label or toolchain_label(manifest.backend, None, manifest.toolchain)
+        return self.root / slug / label / check_hex(manifest.config_hash, "config hash")[:HASH_PREFIX]
 
     def _candidates(self, config_hash: str, toolchain_key: str) -> builtins.list[Path]:
         config_hash = check_hex(config_hash, "config hash")
@@ -175,11 +148,8 @@ class LocalStore(BundleStore):
     def writer(
         self,
         config_hash: str,
-        toolchain_key: str | None = None,
+        toolchain_key: str,
         *,
-        toolchain: Mapping[str, str | None] | None = None,
-        backend: str | None = None,
-        model_id: str | None = None,
         expected_bytes: int | None = None,
         on_publish: Callable[[Path], Published] | None = None,
     ) -> BundleWriter:
@@ -189,27 +159,16 @@ class LocalStore(BundleStore):
         which must carry these keys. Call it while holding ``lock(config_hash, toolchain_key)``.
         ``on_publish`` runs once the bundle is in place (a remote store uploads it there).
         """
-        from neuronc.keys import toolchain_key as compute_toolchain_key
-
         config_hash = check_hex(config_hash, "config hash")
-        if toolchain_key is None and toolchain is not None:
-            toolchain_key = compute_toolchain_key(dict(toolchain))
-        expected_tk = check_hex(toolchain_key, "toolchain key") if toolchain_key else None
+        expected_tk = check_hex(toolchain_key, "toolchain key")
 
         def destination(manifest: Manifest) -> Path:
             if manifest.config_hash != config_hash:
                 msg = f"manifest config hash {manifest.config_hash[:12]} != store key {config_hash[:12]}"
                 raise ValueError(msg)
-            if expected_tk is not None and manifest.toolchain_key != expected_tk:
+            if manifest.toolchain_key != expected_tk:
                 msg = f"manifest toolchain key {manifest.toolchain_key[:12]} != store key {expected_tk[:12]}"
                 raise ValueError(msg)
-            for what, given, recorded in (
-                ("backend", backend, manifest.backend),
-                ("model", model_id, manifest.model_id),
-            ):
-                if given is not None and given != recorded:
-                    msg = f"manifest {what} {recorded!r} != {given!r} given to Store.writer"
-                    raise ValueError(msg)
             return self.path_for(manifest)
 
         return BundleWriter(
@@ -264,10 +223,16 @@ class LocalStore(BundleStore):
         VerificationError (exit 4) naming every problem if the source is not intact, and
         DiskFullError (exit 5) if the store cannot hold it.
         """
-        from neuronc.bundle import read_manifest_bytes, verify_bundle
-        from neuronc.bundle._fs import MissingEntry, UnsafeEntry, walk_regular
-        from neuronc.bundle._manifest import MAX_FILES, manifest_seal_problem, parse_manifest
-        from neuronc.bundle._publish import Published, PublishStatus
+        from neuronc.bundle import (
+            MAX_FILES,
+            copy_bundle,
+            manifest_seal_problem,
+            parse_manifest,
+            read_manifest_bytes,
+            verify_bundle,
+        )
+        from neuronc.bundle.fs import MissingEntry, UnsafeEntry, walk_regular
+        from neuronc.bundle.publish import Published, PublishStatus
         from neuronc.fsutil import check_free_space
 
         source = Path(bundle_dir)
@@ -287,10 +252,9 @@ class LocalStore(BundleStore):
                     return Published(hit, PublishStatus.EXISTS, str(hit), "already in the store")
                 size = manifest.total_bytes + len(raw)
                 check_free_space(self.root, size, what=f"bundle {manifest.config_hash[:12]}")
-                with self.writer(manifest.config_hash, manifest.toolchain_key, expected_bytes=size) as writer:
-                    _copy_files(source, manifest, writer)
-                    path = writer.finish_copy(manifest, raw)
-                    return Published(path, PublishStatus.PUBLISHED, str(path))
+                writer = self.writer(manifest.config_hash, manifest.toolchain_key, expected_bytes=size)
+                path = copy_bundle(source, writer)
+                return Published(path, PublishStatus.PUBLISHED, str(path))
         except (MissingEntry, UnsafeEntry, ValueError):
             # Name every problem (this second read happens only for a damaged source).
             verify_bundle(source, jobs=jobs).raise_for_problems()
@@ -412,22 +376,6 @@ class LocalStore(BundleStore):
 
 # The name every caller knows; ``LocalStore`` says which implementation of ``BundleStore`` it is.
 Store = LocalStore
-
-
-def _copy_files(source: Path, manifest: Manifest, writer: BundleWriter) -> None:
-    """Copy the listed files without following symlinks; the writer hashes them as they land."""
-    from neuronc.bundle._fs import CHUNK, open_in_bundle, open_root
-
-    root = Path(os.path.realpath(source))
-    root_fd = open_root(root)
-    try:
-        for entry in manifest.files:
-            fd = open_in_bundle(root_fd, entry.path, root)
-            with os.fdopen(fd, "rb", buffering=0) as src, writer.open(entry.path, entry.role) as dst:
-                while chunk := src.read(CHUNK):
-                    dst.write(chunk)
-    finally:
-        os.close(root_fd)
 
 
 def _subdirs(path: Path, *, skip_hidden: bool = False) -> builtins.list[Path]:

@@ -72,7 +72,7 @@ def test_a_disk_that_fills_during_the_copy_leaves_nothing_half_copied(
 ) -> None:
     from neuronc import fsutil
     from neuronc.errors import DiskFullError
-    from neuronc.pipeline import copy_bundle
+    from neuronc.pipeline import place_bundle
 
     write_tiny_llama(tmp_path / "model")
     profile = write_profile(tmp_path / "p.yaml")
@@ -83,6 +83,6 @@ def test_a_disk_that_fills_during_the_copy_leaves_nothing_half_copied(
     # itself runs out of space.
     monkeypatch.setattr(fsutil, "free_bytes", lambda path: 1 << 40)
     with pytest.raises(DiskFullError) as caught:
-        copy_bundle(tmp_path / "bundle", disk / "out")
+        place_bundle(tmp_path / "bundle", disk / "out")
     assert str(disk / "out") in caught.value.message
     assert list(disk.iterdir()) == []

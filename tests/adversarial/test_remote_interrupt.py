@@ -183,7 +183,7 @@ def test_require_hit_never_writes_after_a_killed_publish(
     from _pipeline import write_profile, write_tiny_llama
     from plugins import pipeline_backend
 
-    from neuronc.build import compile_profiles
+    from neuronc.pipeline import compile_profiles
 
     bucket, proxy = slow_s3
     url = f"s3://{bucket}/ci"

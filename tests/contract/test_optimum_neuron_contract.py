@@ -1,7 +1,7 @@
 """Contract test against the real optimum-neuron 0.4.5 (its config classes import on CPU).
 
 neuronc's optimum-neuron mapping is checked against optimum-neuron's own code, not a double:
-``NxDNeuronConfig``'s constructor must be the one neuronc recorded (``_optimum_fields``, which
+``NxDNeuronConfig``'s constructor must be the one neuronc recorded (``neuron.optimum_fields``, which
 ``options.neuron_config`` is validated against), must accept every field neuronc sets and keep it
 through ``to_dict``, ``save_pretrained`` and ``from_pretrained``; ``get_neuron_config`` and
 ``export`` must accept the arguments neuronc passes; the instance type and dtype must normalise to
@@ -31,8 +31,8 @@ pytest.importorskip(
     "optimum.neuron", reason="optimum-neuron is not installed (run tests/contract/run_optimum_contract.sh)"
 )
 
-from neuronc.backends._optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OPTIMUM_NEURON_VERSION
-from neuronc.backends.optimum_neuron import get_neuron_config_arguments, neuron_config_kwargs
+from neuronc.backends.neuron.optimum_fields import NXD_NEURON_CONFIG_PARAMETERS, OPTIMUM_NEURON_VERSION
+from neuronc.backends.neuron.optimum_neuron import get_neuron_config_arguments, neuron_config_kwargs
 from neuronc.profile import load_profile, parse_profile
 
 REPO = Path(__file__).resolve().parents[2]

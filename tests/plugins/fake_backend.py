@@ -7,14 +7,17 @@ installed package's ``neuronc.backends`` entry point would appear.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
-from neuronc.bundle import BundleWriter
-from neuronc.keys import ConfigKey, config_key, toolchain_key
+from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, WeightsSource
+from neuronc.keys import ConfigKey
+from neuronc.pipeline.context import resolve_build
 from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
 from neuronc.store import Store
 from plugins.registry import register_backend
@@ -96,19 +99,21 @@ def build_bundle(
     register()
     spec = spec or make_spec(options={"artifact_bytes": artifact_bytes})
     backend = get_backend(spec.backend)
-    key: ConfigKey = config_key(spec)
-    versions = backend.toolchain_versions()
+    ctx = resolve_build(spec, strict=False)
+    key: ConfigKey = ctx.config
+    versions = ctx.versions
     if store is not None:
-        writer = store.writer(config_hash=key.hash, toolchain=versions, backend=spec.backend, model_id=spec.model.id)
+        writer = store.writer(key.hash, ctx.toolchain_key)
     else:
         assert destination is not None
         writer = BundleWriter(destination)
+    stages: list[dict[str, Any]] = []
     with writer:
-        with writer.stage("load"):
+        with _stage(stages, "load"):
             writer.write_text("profile.yaml", f"model: {{id: {spec.model.id}}}\nbackend: {spec.backend}\n")
             writer.write_text("model/config.json", '{"model_type": "llama", "num_attention_heads": 4}\n')
         shards = []
-        with writer.stage("split"):
+        with _stage(stages, "split"):
             for rank in range(spec.tp_degree):
                 rel = f"weights/rank{rank}.safetensors"
                 with writer.open(rel, "weights") as f:
@@ -117,8 +122,9 @@ def build_bundle(
                         f.write(block)
                         if pause:
                             time.sleep(pause)
-                shards.append({"rank": rank, "file": rel})
-        with writer.stage("compile"):
+                entry = writer.files[rel]
+                shards.append(Shard(rank=rank, file=rel, bytes=entry.size, sha256=entry.sha256))
+        with _stage(stages, "compile"):
             plan = backend.plan(spec)
             job = CompileJob(
                 spec=spec,
@@ -134,15 +140,44 @@ def build_bundle(
             (writer.logs_dir / "compile.log").write_text("ok\n")  # left for finish() to adopt
         for rel, data in (extra_files or {}).items():
             writer.write_bytes(rel, data)
-        return writer.finish(
-            {
-                "spec": spec,
-                "config_key": key,
-                "toolchain": versions,
-                "toolchain_key": toolchain_key(versions),
-                "graphs": result.graphs,
-                "shards": shards,
-                "weights": {"id": spec.model.id, "revision": spec.model.revision, "mode": spec.weights, "files": []},
-                "extra": result.extra,
-            }
+        graphs = [
+            Graph(
+                name=g.graph.name,
+                role=g.graph.role,
+                batch=g.graph.batch,
+                bucket=g.graph.bucket,
+                artifact=g.artifact,
+                compile_seconds=g.compile_seconds,
+                cache_hit=g.cache_hit,
+            )
+            for g in result.graphs
+        ]
+        weights = WeightsSource(id=spec.model.id, revision=spec.model.revision, mode=spec.weights, files=[])
+        record = BuildRecord.for_build(
+            spec,
+            key,
+            versions,
+            toolchain_label=ctx.toolchain_label,
+            graphs=graphs,
+            shards=shards,
+            weights=weights,
+            stages=stages,
+            extra=result.extra,
         )
+        return writer.finish(record)
+
+
+@contextlib.contextmanager
+def _stage(stages: list[dict[str, Any]], name: str) -> Iterator[None]:
+    """Time a stage for the manifest's ``stages`` record."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stages.append({"name": name, "wall_seconds": round(time.perf_counter() - start, 6), "peak_rss_bytes": None})
+
+
+def spec_key(spec: BuildSpec, environ: dict[str, str] | None = None) -> ConfigKey:
+    """The config key of ``spec`` as every command works it out (``neuronc.pipeline.resolve_build``)."""
+    register()
+    return resolve_build(spec, strict=False, environ=environ).config

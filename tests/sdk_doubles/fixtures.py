@@ -124,9 +124,10 @@ def files_under(directory: Path) -> list[str]:
 
 def bundle_with_extra(directory: Path, spec: BuildSpec, extra: dict[str, Any]) -> Path:
     """A real (minimal) bundle for ``spec`` whose manifest carries ``extra``: what load snippets read."""
-    from neuronc.bundle import BundleWriter
-    from neuronc.keys import config_key
+    from neuronc.bundle import BuildRecord, BundleWriter
+    from neuronc.pipeline import resolve_build
 
+    key = resolve_build(spec, strict=False, environ={}).config
     with BundleWriter(directory) as writer:
         writer.write_bytes("artifacts/model.pt", b"compiled")
-        return writer.finish({"spec": spec, "config_key": config_key(spec, environ={}), "extra": extra})
+        return writer.finish(BuildRecord.for_build(spec, key, {}, extra=extra))

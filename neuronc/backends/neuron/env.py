@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuronc.backends.base import CACHE_LOCATION_FLAGS
+from neuronc.hardware import lnc
+from neuronc.keys import CACHE_LOCATION_FLAGS
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -94,11 +95,8 @@ def cross_compiling(spec: BuildSpec, host: str | None) -> bool:
 
 
 def logical_nc_config(spec: BuildSpec) -> int:
-    """Logical NeuronCore size: the profile option, else 2 on trn2 and 1 elsewhere (as NxDI decides)."""
-    value = spec.options.get("logical_nc_config")
-    if value is None:
-        return 2 if spec.target == "trn2" else 1
-    return int(value)
+    """Logical NeuronCore size: the profile option, else the target's default (neuronc.hardware)."""
+    return lnc(spec.target, spec.options)
 
 
 def split_cache_flags(flags: Iterable[str]) -> tuple[list[str], list[str]]:

@@ -7,11 +7,11 @@ so by default there is exactly one token-generation graph. Each graph is exporte
 AOTInductor in its own process, into a weightless ``.pt2`` (``package_constants_in_so=False``); the
 runtime binds one shared copy of the bundle's weights to every graph.
 
-Every graph has a cache key, and compiled graphs are kept in a graph cache (``_inductor_cache``):
+Every graph has a cache key, and compiled graphs are kept in a graph cache (``inductor.cache``):
 a build reuses every graph whose key it has seen, so changing one bucket recompiles one graph.
 
 Importing this module is cheap: torch and transformers are imported by the worker process
-(``neuronc.backends._inductor_worker``) and by the runtime, never here.
+(``neuronc.backends.inductor.worker``) and by the runtime, never here.
 """
 
 from __future__ import annotations
@@ -28,18 +28,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
-from neuronc.backends import _inductor_cache as cache
-from neuronc.backends._inductor_format import (
-    GRAPH_FORMAT,
-    INDEX_NAME,
-    SUPPORTED_MODEL_TYPES,
-    cpu_isa,
-    graph_files,
-    missing_constants,
-    weight_files,
-    weight_shapes,
-)
-from neuronc.backends._worker import Workers, worker_command, worker_env
 from neuronc.backends.base import (
     GIB,
     ROLE_CONTEXT,
@@ -49,22 +37,34 @@ from neuronc.backends.base import (
     CompileJob,
     CompilePlan,
     CompileResult,
-    CompilerFlagsMode,
     GraphSpec,
     HostRamModel,
     SpecProblem,
 )
+from neuronc.backends.inductor import cache
+from neuronc.backends.inductor.format import (
+    GRAPH_FORMAT,
+    INDEX_NAME,
+    SUPPORTED_MODEL_TYPES,
+    cpu_isa,
+    graph_files,
+    missing_constants,
+    weight_files,
+    weight_shapes,
+)
+from neuronc.backends.worker import Workers, worker_command, worker_env
 from neuronc.errors import CheckpointError, CompileError, InvalidInputError, log_tail
+from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:
-    from neuronc.backends._inductor_runner import InductorRunner
+    from neuronc.backends.inductor.runner import InductorRunner
     from neuronc.spec import BuildSpec
 
 __all__ = ["GRAPH_FORMAT", "INDEX_NAME", "InductorBackend", "InductorOptions"]
 
 _LOG_TAIL_LINES = 40
-_WORKER_MODULE = "neuronc.backends._inductor_worker"
+_WORKER_MODULE = "neuronc.backends.inductor.worker"
 
 
 @dataclass
@@ -219,13 +219,19 @@ class InductorBackend(BackendBase):
 
     # -- run -------------------------------------------------------------------------------------
     def load(self, bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> InductorRunner:
-        """Load a bundle for generation (imports torch); see ``_inductor_runtime.load``."""
-        from neuronc.backends._inductor_runtime import load
+        """Load a bundle for generation (imports torch); see ``inductor.runtime.load``."""
+        from neuronc.backends.inductor.runtime import load
 
         return load(bundle_dir, warmup=warmup)
 
+    def reference_model(self, bundle_dir: str | os.PathLike[str], dtype: str) -> Any:
+        """The HF eager model from the bundle's model/config.json and weights/ (``verify --accuracy``)."""
+        from neuronc.backends.inductor.runtime import reference_model
+
+        return reference_model(Path(bundle_dir), dtype)
+
     def recognizes(self, directory: str | os.PathLike[str]) -> bool:
-        from neuronc.backends._inductor_format import INDEX_NAME
+        from neuronc.backends.inductor.format import INDEX_NAME
 
         return (Path(directory) / "artifacts" / INDEX_NAME).is_file()
 

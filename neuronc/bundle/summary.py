@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from neuronc.bundle._manifest import Manifest
+from neuronc.bundle._manifest import BUNDLE_PLACEHOLDER, Manifest
 
 
 def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -34,8 +34,6 @@ def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> di
     snippet = manifest.extra.get("load_snippet")
     if isinstance(snippet, str):
         # Backends store snippets with a placeholder path: show the bundle where it is now.
-        from neuronc.backends.base import BUNDLE_PLACEHOLDER
-
         snippet = snippet.replace(BUNDLE_PLACEHOLDER, str(Path(bundle_dir).resolve()))
     weights = manifest.weights
     return {

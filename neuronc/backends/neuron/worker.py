@@ -1,6 +1,6 @@
-"""Child-process entry point of a Neuron compile: ``python -m neuronc.backends._neuron_worker JOB RESULT``.
+"""Child-process entry point of a Neuron compile: ``python -m neuronc.backends.neuron.worker JOB RESULT``.
 
-The parent (``_neuron_isolated.run_isolated``) has already set the environment and the working
+The parent (``neuron.isolated.run_isolated``) has already set the environment and the working
 directory, and sends stdout/stderr to the bundle's compile log. This process imports the SDK, runs
 the backend's ``compile_in_process`` and writes the result, or the error, as JSON.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     job_file, result_file = Path(argv[0]), Path(argv[1])
     from neuronc.backends import get_backend
-    from neuronc.backends._neuron_common import NeuronBackend
-    from neuronc.backends._neuron_isolated import EVENTS_FILE, EventSink, job_from_json, result_to_json
+    from neuronc.backends.neuron.common import NeuronBackend
+    from neuronc.backends.neuron.isolated import EVENTS_FILE, EventSink, job_from_json, result_to_json
     from neuronc.errors import NeuroncError
 
     data = json.loads(job_file.read_text(encoding="utf-8"))

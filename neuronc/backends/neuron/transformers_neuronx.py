@@ -33,15 +33,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, create_model
 
-from neuronc.backends._neuron_common import (
+from neuronc.backends.base import GIB, CompileJob, CompilePlan, CompileResult, HostRamModel, SpecProblem
+from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
     NeuronBackend,
     managed_problems,
     recorded_env,
     user_neuron_config,
 )
-from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, build_env, host_platform
-from neuronc.backends._neuron_files import (
+from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX, build_env, host_platform
+from neuronc.backends.neuron.files import (
     backend_extra,
     bundle_line,
     bundle_rel,
@@ -52,19 +53,10 @@ from neuronc.backends._neuron_files import (
     model_type_for_checks,
     model_type_of,
 )
-from neuronc.backends.base import (
-    GIB,
-    MAX_CORES,
-    CompileJob,
-    CompilePlan,
-    CompileResult,
-    CompilerFlagsMode,
-    HostRamModel,
-    SpecProblem,
-    applied_compiler_flags,
-)
 from neuronc.errors import InvalidInputError
-from neuronc.spec import StrictModel
+from neuronc.hardware import max_cores
+from neuronc.keys import CompilerFlagsMode, applied_compiler_flags
+from neuronc.spec import ServingStack, StrictModel
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -238,7 +230,7 @@ class TransformersNeuronxBackend(NeuronBackend):
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )
     toolchain_package: ClassVar[str | None] = "transformers-neuronx"
-    serving_stacks: ClassVar[tuple[str, ...]] = ("torchserve",)
+    serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.torchserve,)
     # transformers-neuronx reads NEURON_CC_FLAGS at compile time; the profile's flags go there too.
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
     options_model: ClassVar[type[BaseModel] | None] = TnxOptions
@@ -262,7 +254,7 @@ class TransformersNeuronxBackend(NeuronBackend):
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         # Any degree up to the instance's core count (tp 12 on inf2.48xlarge is a documented setup).
-        return frozenset(range(1, MAX_CORES.get(target, 1) + 1))
+        return frozenset(range(1, max_cores(target, options) + 1))
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         problems = managed_problems(spec, "from_pretrained", _MANAGED)

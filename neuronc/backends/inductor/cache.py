@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from neuronc.backends._inductor_format import GRAPH_FORMAT, graph_files
 from neuronc.backends.base import GraphSpec
+from neuronc.backends.inductor.format import GRAPH_FORMAT, graph_files
 
 GRAPH_CACHE_ENV = "NEURONC_GRAPH_CACHE"
 # config.json fields that do not change a compiled graph.

@@ -27,15 +27,26 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator
 
-from neuronc.backends._neuron_common import (
+from neuronc.backends.base import (
+    GIB,
+    ROLE_CONTEXT,
+    CompileJob,
+    CompilePlan,
+    CompileResult,
+    GraphSpec,
+    HostRamModel,
+    SpecProblem,
+    check_import_reference,
+)
+from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
     NeuronBackend,
     managed_problems,
     recorded_env,
     user_neuron_config,
 )
-from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, build_env, logical_nc_config
-from neuronc.backends._neuron_files import (
+from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX, build_env, logical_nc_config
+from neuronc.backends.neuron.files import (
     backend_extra,
     bundle_line,
     bundle_rel,
@@ -45,23 +56,12 @@ from neuronc.backends._neuron_files import (
     model_type_for_checks,
     model_type_of,
 )
-from neuronc.backends._nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
-from neuronc.backends.base import (
-    GIB,
-    ROLE_CONTEXT,
-    CompileJob,
-    CompilePlan,
-    CompileResult,
-    CompilerFlagsMode,
-    GraphSpec,
-    HostRamModel,
-    SpecProblem,
-    check_import_reference,
-)
-from neuronc.backends.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
+from neuronc.backends.neuron.nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
+from neuronc.backends.neuron.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hfcompat import legacy_rope_fields
-from neuronc.spec import StrictModel
+from neuronc.keys import CompilerFlagsMode
+from neuronc.spec import ServingStack, StrictModel
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -201,7 +201,7 @@ class NxdiBackend(NeuronBackend):
     # model_builder.py; aws-neuron/neuronx-distributed-inference models/model_wrapper.py).
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "neuronx-distributed-inference"
-    serving_stacks: ClassVar[tuple[str, ...]] = ("vllm",)
+    serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm,)
     options_model: ClassVar[type[BaseModel] | None] = NxdiOptions
     description: ClassVar[str] = "NxD Inference: NeuronConfig/InferenceConfig, Neuron<Arch>ForCausalLM.compile()"
     packages: ClassVar[tuple[str, ...]] = (

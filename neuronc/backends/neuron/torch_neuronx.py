@@ -25,15 +25,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from neuronc.backends._neuron_common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
-from neuronc.backends._neuron_env import (
-    NEURON_EXTRA_INDEX,
-    cross_compiling,
-    has_flag,
-    host_platform,
-    platform_target,
-)
-from neuronc.backends._neuron_files import bundle_line, bundle_rel
 from neuronc.backends.base import (
     ENCODER_TASKS,
     GIB,
@@ -43,13 +34,21 @@ from neuronc.backends.base import (
     CompileJob,
     CompilePlan,
     CompileResult,
-    CompilerFlagsMode,
     GraphSpec,
     HostRamModel,
-    applied_compiler_flags,
     check_import_reference,
 )
+from neuronc.backends.neuron.common import BUNDLE_PLACEHOLDER, NeuronBackend, recorded_env
+from neuronc.backends.neuron.env import (
+    NEURON_EXTRA_INDEX,
+    cross_compiling,
+    has_flag,
+    host_platform,
+    platform_target,
+)
+from neuronc.backends.neuron.files import bundle_line, bundle_rel
 from neuronc.hfcompat import transformers_major
+from neuronc.keys import CompilerFlagsMode, applied_compiler_flags
 from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:

@@ -43,21 +43,21 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.bundle import MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleWriter, Manifest, parse_manifest, read_manifest
-from neuronc.bundle._publish import Published, PublishStatus
+from neuronc.bundle.publish import Published, PublishStatus
 from neuronc.errors import BundleFormatError, RemoteStoreError, VerificationError
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
-from neuronc.store._remote_io import RemoteIO, RemoteSettings
-from neuronc.store._remote_transfer import (
+from neuronc.store.local import LocalStore
+from neuronc.store.remote.io import RemoteIO, RemoteSettings
+from neuronc.store.remote.transfer import (
     UploadResult,
     hf_commit,
     overwrite_manifest,
     upload_files,
     write_manifest,
 )
-from neuronc.store._remote_url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
-from neuronc.store.local import LocalStore
+from neuronc.store.remote.url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
 
 # Objects younger than this are never collected: a publisher may still be about to write its manifest.
 DEFAULT_GC_GRACE_SECONDS = 24 * 3600
@@ -211,7 +211,7 @@ class RemoteStore(BundleStore):
 
     def materialize(self, rel: str, manifest: Manifest, raw: bytes) -> Path:
         """The stored bundle as a directory in the local cache (objects downloaded and verified)."""
-        from neuronc.store._remote_fetch import materialize
+        from neuronc.store.remote.fetch import materialize
 
         path = materialize(self, rel, manifest, raw)
         self._clear_pending(manifest.config_hash, manifest.toolchain_key)
@@ -236,25 +236,10 @@ class RemoteStore(BundleStore):
             self._resume_pending(config_hash, toolchain_key)
             yield held
 
-    def writer(
-        self,
-        config_hash: str,
-        toolchain_key: str | None = None,
-        *,
-        toolchain: Mapping[str, str | None] | None = None,
-        backend: str | None = None,
-        model_id: str | None = None,
-        expected_bytes: int | None = None,
-    ) -> BundleWriter:
+    def writer(self, config_hash: str, toolchain_key: str, *, expected_bytes: int | None = None) -> BundleWriter:
         """A BundleWriter that builds into the local cache; ``finish`` then uploads to the remote store."""
         return self.cache.writer(
-            config_hash,
-            toolchain_key,
-            toolchain=toolchain,
-            backend=backend,
-            model_id=model_id,
-            expected_bytes=expected_bytes,
-            on_publish=self._publish_built,
+            config_hash, toolchain_key, expected_bytes=expected_bytes, on_publish=self._publish_built
         )
 
     def _publish_built(self, bundle: Path) -> Published:
@@ -401,13 +386,13 @@ class RemoteStore(BundleStore):
 
     def verify(self, key: str, *, jobs: int | None = None) -> builtins.list[Verified]:
         """Download and hash every object of the bundles ``key`` names (nothing is kept)."""
-        from neuronc.store._remote_fetch import verify_entry
+        from neuronc.store.remote.fetch import verify_entry
 
         return [verify_entry(self, entry) for entry in self.select(key, all_matches=True)]
 
     def repair(self, key: str, *, source: str | os.PathLike[str] | None = None) -> builtins.list[Repair]:
         """Verify; upload damaged objects again from verified local copies, or drop what cannot be mended."""
-        from neuronc.store._remote_fetch import repair_entry
+        from neuronc.store.remote.fetch import repair_entry
 
         return [repair_entry(self, checked, source) for checked in self.verify(key)]
 

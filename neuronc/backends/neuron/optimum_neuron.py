@@ -17,15 +17,26 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends._neuron_common import (
+from neuronc.backends.base import (
+    GIB,
+    ROLE_CONTEXT,
+    ROLE_TOKEN,
+    CompileJob,
+    CompilePlan,
+    CompileResult,
+    GraphSpec,
+    HostRamModel,
+    SpecProblem,
+)
+from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
     NeuronBackend,
     managed_problems,
     recorded_env,
     user_neuron_config,
 )
-from neuronc.backends._neuron_env import NEURON_EXTRA_INDEX, platform_target
-from neuronc.backends._neuron_files import (
+from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX, platform_target
+from neuronc.backends.neuron.files import (
     bundle_line,
     bundle_rel,
     copy_checkpoint,
@@ -34,19 +45,9 @@ from neuronc.backends._neuron_files import (
     hub_revision_of,
     is_hub_id,
 )
-from neuronc.backends._optimum_fields import OptimumNeuronOptions
-from neuronc.backends.base import (
-    GIB,
-    ROLE_CONTEXT,
-    ROLE_TOKEN,
-    CompileJob,
-    CompilePlan,
-    CompileResult,
-    CompilerFlagsMode,
-    GraphSpec,
-    HostRamModel,
-    SpecProblem,
-)
+from neuronc.backends.neuron.optimum_fields import OptimumNeuronOptions
+from neuronc.keys import CompilerFlagsMode
+from neuronc.spec import ServingStack
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -170,7 +171,7 @@ class OptimumNeuronBackend(NeuronBackend):
     # optimum/neuron/models/inference/backend/pretrained_model.py, modules/decoder/modeling_decoder.py).
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "optimum-neuron"
-    serving_stacks: ClassVar[tuple[str, ...]] = ("vllm", "sagemaker", "tgi")
+    serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm, ServingStack.sagemaker, ServingStack.tgi)
     uses_hf_neuron_cache: ClassVar[bool] = True
     options_model: ClassVar[type[BaseModel] | None] = OptimumNeuronOptions
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"

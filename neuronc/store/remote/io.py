@@ -39,7 +39,7 @@ from neuronc.errors import (
     is_network_error,
     short_reason,
 )
-from neuronc.store._remote_url import StoreURL
+from neuronc.store.remote.url import StoreURL
 
 T = TypeVar("T")
 MiB = 1024 * 1024

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.backends.base import BUNDLE_PLACEHOLDER, CompiledGraph, CompileJob, GraphSpec
+from neuronc.backends.base import CompiledGraph, CompileJob, GraphSpec
+from neuronc.bundle import BUNDLE_PLACEHOLDER
 from neuronc.errors import InvalidInputError
 from neuronc.model.files import MODEL_FILES, local_model_dir, read_model_config
 

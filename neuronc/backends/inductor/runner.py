@@ -4,7 +4,7 @@ The runner owns what the graphs do not: tokenisation, right padding to a context
 one static KV cache shared by every graph (``[B, KVH, max_length, D]`` per layer, mutated in place
 by the graphs), the choice of graph per step, sampling and streaming. Each call's inputs are checked
 against the graph's recorded shapes and dtypes first, so a wrong shape is a Python error, not a
-crash inside the compiled code. ``_inductor_runtime`` loads bundles into runners.
+crash inside the compiled code. ``inductor.runtime`` loads bundles into runners.
 """
 
 from __future__ import annotations

@@ -1,27 +1,28 @@
 """The base of the four Neuron backends: availability, options, and a compile in its own process.
 
 Nothing here imports torch or the Neuron SDK. The SDK calls of each backend live in its
-``compile_in_process``, which runs in the child process that ``_neuron_isolated.run_isolated``
+``compile_in_process``, which runs in the child process that ``neuron.isolated.run_isolated``
 starts with the build's environment (``compile_env``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from neuronc.backends._neuron_env import IMPORT_NAMES, PYPI_PLACEHOLDERS, build_env
-from neuronc.backends._neuron_isolated import run_isolated
 from neuronc.backends.base import (
-    BUNDLE_PLACEHOLDER,
     BackendBase,
     CompileJob,
     CompileResult,
     SpecProblem,
     module_present,
 )
+from neuronc.backends.neuron.env import IMPORT_NAMES, PYPI_PLACEHOLDERS, build_env
+from neuronc.backends.neuron.isolated import run_isolated
+from neuronc.bundle import BUNDLE_PLACEHOLDER
 from neuronc.errors import BackendUnavailableError
+from neuronc.hardware import tp_degrees
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -78,6 +79,11 @@ class NeuronBackend(BackendBase):
     # Neuron backends shard (or not) in their own format; neuronc's rank shards in weights/ are not
     # read by any of them, so the pipeline need not write them.
     consumes_rank_shards: ClassVar[bool] = False
+    targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1", "trn2"})
+
+    def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
+        """What the Neuron runtime supports on the target at the build's LNC (neuronc.hardware)."""
+        return tp_degrees(target, options)
 
     def missing_reason(self, package: str, version: str | None) -> str | None:
         # The Neuron SDK's PyPI names are placeholders that install but cannot run.

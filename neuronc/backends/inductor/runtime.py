@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from neuronc.backends._inductor_format import GRAPH_FORMAT, INDEX_NAME, cpu_isa, isa_runs_here, weight_files
-from neuronc.backends._inductor_runner import DTYPES, InductorRunner, LoadedGraph
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN
+from neuronc.backends.inductor.format import GRAPH_FORMAT, INDEX_NAME, cpu_isa, isa_runs_here, weight_files
+from neuronc.backends.inductor.runner import DTYPES, InductorRunner, LoadedGraph
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, VerificationError
 from neuronc.model.files import read_model_config
 
@@ -181,6 +181,24 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
     return runner
 
 
+def reference_model(bundle_dir: Path, dtype_name: str) -> Any:
+    """The HF eager model from the bundle's model/config.json and weights/, in the bundle's dtype."""
+    from neuronc.backends.inductor import graphs
+
+    config = graphs.load_config(bundle_dir / "model")
+    model = graphs.build_model(config, graphs.DTYPES[dtype_name])
+    state = load_weights(bundle_dir)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        details = [f"missing: {k}" for k in missing[:20]] + [f"unexpected: {k}" for k in unexpected[:20]]
+        raise VerificationError(f"{bundle_dir}: the weights do not match the model config", details=details)
+    if tied:
+        model.tie_weights()
+    return model
+
+
 def eos_token_ids(model_dir: Path) -> frozenset[int]:
     """The end-of-sequence ids from generation_config.json, else config.json (empty when neither says)."""
     sources = [_generation_config(model_dir), read_model_config(model_dir, required=False) or {}]
@@ -220,7 +238,7 @@ def eager_runner(
     """
     from safetensors.torch import load_file
 
-    from neuronc.backends import _inductor_graphs as graphs
+    from neuronc.backends.inductor import graphs
 
     root = Path(model_dir)
     config = graphs.load_config(root)

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.bundle import MANIFEST_NAME, FileEntry, FileProblem, Manifest, VerifyReport, read_manifest_bytes
-from neuronc.bundle._files import disk_full_as_error
-from neuronc.bundle._fs import hash_fd
+from neuronc.bundle.fs import hash_fd
 from neuronc.errors import BundleFormatError
-from neuronc.fsutil import NotRegularFileError, open_regular
+from neuronc.fsutil import NotRegularFileError, disk_full_as_error, open_regular
 from neuronc.store._records import Removed, Repair, RepairAction, StoreEntry, Verified
-from neuronc.store._remote_transfer import download_object, hash_object, object_problem, upload_files
-from neuronc.store._remote_url import OBJECTS_DIR, object_rel
+from neuronc.store.remote.transfer import download_object, hash_object, object_problem, upload_files
+from neuronc.store.remote.url import OBJECTS_DIR, object_rel
 
 if TYPE_CHECKING:
     from neuronc.store.remote import RemoteStore

@@ -1,7 +1,7 @@
 """Moving bundle files to and from a remote store: uploads, the manifest's conditional write, verified downloads.
 
 Every function here takes the store's ``RemoteIO``, so each transfer is bounded in time and
-cancelled by Ctrl-C like any other remote call (neuronc.store._remote_io).
+cancelled by Ctrl-C like any other remote call (neuronc.store.remote.io).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.bundle import MANIFEST_NAME, FileEntry, Manifest
-from neuronc.bundle._files import disk_full_as_error
 from neuronc.errors import VerificationError
-from neuronc.store._remote_io import RemoteIO, precondition_failed, unsupported
-from neuronc.store._remote_url import object_rel
+from neuronc.fsutil import disk_full_as_error
+from neuronc.store.remote.io import RemoteIO, precondition_failed, unsupported
+from neuronc.store.remote.url import object_rel
 
 CHUNK = 1 << 20
 

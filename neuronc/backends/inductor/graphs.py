@@ -33,8 +33,8 @@ import transformers
 from transformers import AutoConfig
 from transformers.cache_utils import Cache, StaticLayer
 
-from neuronc.backends._inductor_format import GRAPH_FORMAT, SUPPORTED_MODEL_TYPES
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN
+from neuronc.backends.inductor.format import GRAPH_FORMAT, SUPPORTED_MODEL_TYPES
 
 _AUTO_MODEL: Any = transformers.AutoModelForCausalLM
 DTYPES: dict[str, Any] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

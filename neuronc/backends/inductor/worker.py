@@ -1,4 +1,4 @@
-"""Compile one inductor graph in its own process: ``python -m neuronc.backends._inductor_worker REQUEST``.
+"""Compile one inductor graph in its own process: ``python -m neuronc.backends.inductor.worker REQUEST``.
 
 ``REQUEST`` is a JSON file written by ``InductorBackend.compile`` (model_dir, role, batch, bucket,
 max_length, dtype, out_dir, name, inductor_config). The worker writes ``<name>.pt2``,
@@ -17,7 +17,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m neuronc.backends._inductor_worker REQUEST.json\n")
+        sys.stderr.write("usage: python -m neuronc.backends.inductor.worker REQUEST.json\n")
         return 2
     request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     started = time.perf_counter()
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
         import torch
 
         torch.set_num_threads(1)
-        from neuronc.backends import _inductor_graphs as graphs
+        from neuronc.backends.inductor import graphs
 
         imported = time.perf_counter() - started
         out_dir = Path(request["out_dir"])

@@ -1,4 +1,4 @@
-"""A Neuron compile in its own process: ``python -m neuronc.backends._neuron_worker JOB RESULT``.
+"""A Neuron compile in its own process: ``python -m neuronc.backends.neuron.worker JOB RESULT``.
 
 The child's working directory is the build's work directory, its environment is set for that build
 only (``compile_env``), and its stdout and stderr, which is where neuronx-cc writes, go to
@@ -16,18 +16,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.backends._neuron_files import collect_compiler_logs
-from neuronc.backends._worker import Workers, worker_command, worker_env
 from neuronc.backends.base import CompiledGraph, CompileJob, CompilePlan, CompileResult, GraphSpec
+from neuronc.backends.neuron.files import collect_compiler_logs
+from neuronc.backends.worker import Workers, worker_command, worker_env
 from neuronc.errors import CompileError, log_tail
 from neuronc.progress import ProgressTask
 
 if TYPE_CHECKING:
-    from neuronc.backends._neuron_common import NeuronBackend
+    from neuronc.backends.neuron.common import NeuronBackend
 
 COMPILE_LOG = "compile.log"
 EVENTS_FILE = "neuronc-events.jsonl"
-WORKER_MODULE = "neuronc.backends._neuron_worker"
+WORKER_MODULE = "neuronc.backends.neuron.worker"
 _LOGGED_ENV = frozenset({"BASE_COMPILE_WORK_DIR", "TMPDIR", "PYTHONPATH"})
 _TAIL_LINES = 30
 
