@@ -133,6 +133,38 @@ class HostInfo(_Record):
     python: ShortText = ""
 
 
+class _ProfileModel(_Record):
+    id: ShortText | None = None
+    revision: ShortText | None = None
+    task: ShortText | None = None
+
+
+class _ProfileSequence(_Record):
+    max_length: Count | None = None
+    max_context_length: Count | None = None
+    context_buckets: list[Count] | None = Field(default=None, max_length=MAX_GRAPHS)
+    token_buckets: list[Count] | None = Field(default=None, max_length=MAX_GRAPHS)
+
+
+class ProfileRecord(_Record):
+    """The types of the profile fields readers use (deploy, inspect, hash, the store), as BuildSpec gives them.
+
+    ``Manifest.profile`` stays a free-form mapping (a newer minor schema may add fields); these
+    fields, where present, must have the types ``BuildSpec.normalized()`` writes.
+    """
+
+    model: _ProfileModel | None = None
+    backend: ShortText | None = None
+    target: ShortText | None = None
+    tp_degree: Count | None = None
+    batch_size: Count | None = None
+    amp: ShortText | None = None
+    sequence: _ProfileSequence | None = None
+    weights: ShortText | None = None
+    compiler_flags: list[ShortText] | None = Field(default=None, max_length=4096)
+    options: dict[str, Any] | None = None
+
+
 class Manifest(_Record):
     """``manifest.json``: what a bundle is, what built it, and every file it holds."""
 
@@ -298,8 +330,12 @@ def role_for(path: str) -> str:
 
 
 def semantic_problems(manifest: Manifest) -> list[str]:
-    """Problems pydantic cannot see: unsafe or duplicate paths, dangling references, keys."""
+    """Problems pydantic cannot see: unsafe or duplicate paths, dangling references, keys, profile field types."""
     problems: list[str] = []
+    try:
+        ProfileRecord.model_validate(manifest.profile)
+    except ValidationError as exc:
+        problems += [f"profile.{_format_error(e)}" for e in exc.errors(include_input=False, include_url=False)[:20]]
     seen: set[str] = set()
     for file in manifest.files:
         why = path_problem(file.path)

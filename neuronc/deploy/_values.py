@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuronc.bundle import Manifest
-from neuronc.errors import InvalidInputError
+from packaging.version import InvalidVersion, Version
+
+from neuronc.bundle import MANIFEST_NAME, Manifest
+from neuronc.errors import BundleFormatError, safe_text
+from neuronc.hardware import LNC_OPTION, chip
+from neuronc.spec import TARGETS, WEIGHT_MODES
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -101,62 +107,209 @@ class ServingValues:
         return value if isinstance(value, str) and value else None
 
 
-def _get(profile: Mapping[str, Any], *keys: str) -> Any:
-    node: Any = profile
-    for key in keys:
-        if not isinstance(node, Mapping) or key not in node:
-            msg = f"manifest profile has no {'.'.join(keys)}"
-            raise InvalidInputError(msg, hint="this bundle was not written by a neuronc that records its profile")
-        node = node[key]
-    return node
+# -- reading the manifest: every value checked against what it can be -----------------------------
+# A bundle is data from a store: its manifest may hold anything a JSON file can. Every value that
+# reaches a generated file (shell scripts, env files, YAML, JSON) is checked here against what it can
+# be; the emitters then quote it for their file's syntax (``_quote``). A value that fails is refused
+# (exit 2), naming the manifest field.
+MAX_COUNT = 1 << 20  # tp degree, batch, sequence lengths: spec.PositiveInt's range
+MAX_BUCKETS = 1024
+MAX_MODEL_ID = 1024
+# The versions deploy reads (images, comments, refusals); a recorded value for one of them must be a
+# PEP 440 version. Other entries are kept when they are versions and dropped otherwise (cpu_isa):
+# no emitter reads them, so no unchecked value can reach a file.
+DEPLOY_PACKAGES = (
+    "neuronc",
+    "neuronx-cc",
+    "neuronx-distributed",
+    "neuronx-distributed-inference",
+    "optimum-neuron",
+    "transformers-neuronx",
+    "torch-neuronx",
+    "libneuronxla",
+    "vllm",
+    "vllm-neuron",
+    "torch",
+    "transformers",
+)
+_PACKAGE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")  # PEP 508 names
+_BACKEND = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # keyword arguments, config keys
 
 
-def _nxdi(extra: Mapping[str, Any]) -> NxdiRecord | None:
-    info = extra.get("nxdi")
+def _unsafe_char(text: str) -> str | None:
+    """The first character of ``text`` that may not reach a generated file, or None.
+
+    Control and format characters and Unicode line/paragraph separators end lines in shells, env
+    files and YAML (YAML breaks lines at U+0085, U+2028, U+2029); ``$`` and the backtick are
+    expansions in sh, docker compose files and env files.
+    """
+    for char in text:
+        if char in "$`" or unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            return char
+    return None
+
+
+class _Reader:
+    """Reads manifest values, checking each; collects every problem, then refuses them at once."""
+
+    def __init__(self, manifest: Manifest, where: str) -> None:
+        self.manifest = manifest
+        self.where = where
+        self.problems: list[str] = []
+
+    def refuse(self, field: str, value: object, why: str) -> None:
+        self.problems.append(f"{field}: {safe_text(repr(value), 80)} {why}")
+
+    def raw(self, *keys: str) -> Any:
+        node: Any = self.manifest.profile
+        for key in keys:
+            if not isinstance(node, Mapping) or key not in node:
+                msg = f"{self.where}: manifest profile has no {'.'.join(keys)}"
+                raise BundleFormatError(msg, hint="this bundle was not written by a neuronc that records its profile")
+            node = node[key]
+        return node
+
+    def count(self, *keys: str) -> int:
+        value = self.raw(*keys)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+            self.refuse("profile." + ".".join(keys), value, f"is not an integer from 1 to {MAX_COUNT}")
+            return 1
+        return value
+
+    def buckets(self, *keys: str) -> tuple[int, ...]:
+        value = self.raw(*keys)
+        field = "profile." + ".".join(keys)
+        good = isinstance(value, list) and len(value) <= MAX_BUCKETS
+        if good and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= MAX_COUNT for b in value):
+            return tuple(value)
+        self.refuse(field, value, f"is not a list of at most {MAX_BUCKETS} integers from 1 to {MAX_COUNT}")
+        return ()
+
+    def choice(self, field: str, value: object, choices: tuple[str, ...]) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
+        self.refuse(field, value, f"is not one of {', '.join(choices)}")
+        return choices[0]
+
+    def model_id(self) -> str:
+        value = self.raw("model", "id")
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_MODEL_ID:
+            self.refuse("profile.model.id", value, f"is not a Hub id or a path of 1 to {MAX_MODEL_ID} characters")
+            return "model"
+        bad = _unsafe_char(value)
+        if bad is not None:
+            self.refuse("profile.model.id", value, f"holds {safe_text(repr(bad))}: not a Hub id or a path")
+            return "model"
+        return value
+
+    def toolchain(self) -> dict[str, str | None]:
+        kept: dict[str, str | None] = {}
+        for package, version in self.manifest.toolchain.items():
+            if version is None:
+                kept[package] = None
+                continue
+            if _PACKAGE.fullmatch(package) and _is_version(version):
+                kept[package] = version
+            elif package in DEPLOY_PACKAGES:
+                self.refuse(f"toolchain.{package}", version, "is not a version (PEP 440)")
+        return kept
+
+    def options(self) -> dict[str, Any]:
+        value = self.manifest.profile.get("options") or {}
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) and _KEY.fullmatch(k) for k in value):
+            self.refuse("profile.options", value, "is not a mapping of option names to values")
+            return {}
+        lnc = value.get(LNC_OPTION)
+        device = chip(self.manifest.target)
+        sizes = device.lnc_sizes if device is not None else (1,)
+        if lnc is not None and (isinstance(lnc, bool) or lnc not in sizes):
+            self.refuse(f"profile.options.{LNC_OPTION}", lnc, f"is not an LNC size of this target ({sizes})")
+            return {k: v for k, v in value.items() if k != LNC_OPTION}
+        return dict(value)
+
+    def check(self) -> None:
+        if self.problems:
+            msg = f"{self.where}: the manifest holds values no serving file can be written from"
+            hint = "the bundle was not written by neuronc, or was changed after; rebuild it or fetch it again"
+            raise BundleFormatError(msg, details=self.problems[:20], hint=hint)
+
+
+def _is_version(value: object) -> bool:
+    if not isinstance(value, str) or len(value) > 128:
+        return False
+    try:
+        Version(value)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def _nxdi(reader: _Reader) -> NxdiRecord | None:
+    info = reader.manifest.extra.get("nxdi")
     if not isinstance(info, Mapping):
         return None
     neuron_config = info.get("neuron_config")
+    if neuron_config is not None and not isinstance(neuron_config, Mapping):
+        reader.refuse("extra.nxdi.neuron_config", neuron_config, "is not a mapping")
     return NxdiRecord(neuron_config=dict(neuron_config) if isinstance(neuron_config, Mapping) else {})
 
 
-def _tnx(extra: Mapping[str, Any]) -> TnxRecord | None:
-    info = extra.get("transformers_neuronx")
+def _tnx(reader: _Reader) -> TnxRecord | None:
+    info = reader.manifest.extra.get("transformers_neuronx")
     if not isinstance(info, Mapping):
         return None
     kwargs = info.get("from_pretrained")
     kwargs = dict(kwargs) if isinstance(kwargs, Mapping) else {}
+    missing = [k for k in TNX_RECORDED if k not in kwargs]
+    if missing or not all(isinstance(k, str) and _KEY.fullmatch(k) for k in kwargs):
+        why = f"lacks {', '.join(missing)}" if missing else "holds a key that is not an argument name"
+        reader.refuse("extra.transformers_neuronx.from_pretrained", info.get("from_pretrained"), why)
     neuron_config = kwargs.pop("neuron_config", None)
     neffs = info.get("neffs")
+    if not isinstance(neffs, list) or not all(isinstance(n, str) and _unsafe_char(n) is None for n in neffs):
+        reader.refuse("extra.transformers_neuronx.neffs", neffs, "is not a list of file names")
+        neffs = []
     return TnxRecord(
         model_class=str(info.get("model_class", "")).rpartition(".")[2],
         from_pretrained=kwargs,
         neuron_config=dict(neuron_config) if isinstance(neuron_config, Mapping) else None,
-        neffs=tuple(str(n) for n in neffs) if isinstance(neffs, list) else (),
+        neffs=tuple(neffs),
     )
+
+
+# The transformers-neuronx from_pretrained arguments neuronc records for every build (torchserve's
+# handler takes them from the record).
+TNX_RECORDED = ("batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate")
 
 
 def serving_values(manifest: Manifest, bundle_dir: Path, bundle_path: str | None = None) -> ServingValues:
-    """Read every serving value from the manifest."""
+    """Read every serving value from the manifest, each checked (BundleFormatError, exit 2, naming the fields)."""
+    reader = _Reader(manifest, f"{safe_text(bundle_dir)}/{MANIFEST_NAME}")
     profile = manifest.profile
-    return ServingValues(
+    if not isinstance(manifest.backend, str) or not _BACKEND.fullmatch(manifest.backend):
+        reader.refuse("backend", manifest.backend, "is not a backend name")
+    values = ServingValues(
         bundle=(bundle_path or str(bundle_dir.absolute())).rstrip("/") or "/",
-        model_id=str(_get(profile, "model", "id")),
+        model_id=reader.model_id(),
         backend=manifest.backend,
-        target=manifest.target,
-        tp_degree=int(_get(profile, "tp_degree")),
-        batch_size=int(_get(profile, "batch_size")),
-        amp=str(_get(profile, "amp")),
-        max_length=int(_get(profile, "sequence", "max_length")),
-        max_context_length=int(_get(profile, "sequence", "max_context_length")),
-        context_buckets=tuple(int(b) for b in _get(profile, "sequence", "context_buckets")),
+        target=reader.choice("target", manifest.target, TARGETS),
+        tp_degree=reader.count("tp_degree"),
+        batch_size=reader.count("batch_size"),
+        amp=reader.choice("profile.amp", reader.raw("amp"), tuple(DTYPES)),
+        max_length=reader.count("sequence", "max_length"),
+        max_context_length=reader.count("sequence", "max_context_length"),
+        context_buckets=reader.buckets("sequence", "context_buckets"),
         config_hash=manifest.config_hash,
-        weights=str(profile.get("weights") or "presharded"),
-        toolchain=dict(manifest.toolchain),
+        weights=reader.choice("profile.weights", profile.get("weights") or "presharded", WEIGHT_MODES),
+        toolchain=reader.toolchain(),
         bundle_bytes=sum(entry.size for entry in manifest.files),
-        options=dict(profile.get("options") or {}),
-        nxdi=_nxdi(manifest.extra),
-        tnx=_tnx(manifest.extra),
+        options=reader.options(),
+        nxdi=_nxdi(reader),
+        tnx=_tnx(reader),
     )
+    reader.check()
+    return values
 
 
-__all__ = ["DTYPES", "NxdiRecord", "ServingValues", "TnxRecord", "serving_values"]
+__all__ = ["DEPLOY_PACKAGES", "DTYPES", "NxdiRecord", "ServingValues", "TnxRecord", "serving_values"]

@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from neuronc.deploy._quote import comment_text
 from neuronc.deploy._types import EmittedFile
 from neuronc.deploy._values import ServingValues
 
@@ -117,7 +118,7 @@ def benchmark_files(v: ServingValues, endpoint: Endpoint, notes: tuple[str, ...]
         f"# Prompts {counts.prompt} tokens (at most {counts.prompt_max}), {counts.output} output tokens, "
         f"concurrency up to {endpoint.concurrency}.\n"
         f"# To benchmark from another host, edit spec.backend.target in {SCENARIO_FILE}.\n"
-        + "".join(f"# {line}\n" for line in notes)
+        + "".join(f"# {comment_text(line)}\n" for line in notes)
         + "set -eu\n"
         'cd "$(dirname "$0")"\n'
         "mkdir -p results\n"
