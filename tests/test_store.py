@@ -27,7 +27,7 @@ def test_default_store_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert default_store_path() == tmp_path / "home" / ".cache" / "neuronc" / "bundles"
     assert open_store(str(tmp_path / "flag")).location == str(tmp_path / "flag")
     assert open_store(f"file://{tmp_path / 'flag'}").location == str(tmp_path / "flag")
-    with pytest.raises(InvalidInputError, match="unsupported store scheme 'gs'"):
+    with pytest.raises(InvalidInputError, match="unsupported scheme 'gs'"):
         open_store("gs://bucket/x")
 
 

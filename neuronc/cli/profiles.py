@@ -194,7 +194,7 @@ def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, dict[str, A
     from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
 
-    result = []
+    result: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     for spec in load_profile(path).builds:
         ctx = resolve_build(spec, strict=False)
         if ctx.config_key is None and not resolved:
