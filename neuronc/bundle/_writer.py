@@ -402,14 +402,16 @@ def copy_bundle(
     it atomically: byte-identical, manifest included, each file hashed as it lands and checked
     against the manifest. Symlinks in the source are never followed.
 
-    Raises BundleFormatError (exit 2) for an unreadable manifest, ValueError when a copied file
-    differs from the manifest (the source changed or is damaged: nothing is published), and
+    Raises BundleFormatError (exit 2) for an unreadable manifest, VerificationError (exit 4) for a
+    file larger than the manifest says (read no further than one byte past its size), ValueError
+    when a copied file differs from the manifest (the source changed or is damaged: nothing is
+    published), and
     DiskFullError (exit 5) when the destination cannot hold it.
     """
     from neuronc.bundle._manifest import parse_manifest
     from neuronc.bundle._reader import read_manifest_bytes
     from neuronc.bundle.fs import open_in_bundle, open_root
-    from neuronc.errors import DiskFullError
+    from neuronc.errors import DiskFullError, VerificationError, safe_text
     from neuronc.fsutil import check_free_space, disk_full_error
 
     source_dir = Path(source)
@@ -431,7 +433,15 @@ def copy_bundle(
                 for entry in manifest.files:
                     fd = open_in_bundle(root_fd, entry.path, root)
                     with os.fdopen(fd, "rb", buffering=0) as src, writer.open(entry.path, entry.role) as dst:
-                        while chunk := src.read(CHUNK):
+                        # At most one byte past the declared size, as verify reads: a file that grew
+                        # (sparse, or still being written) is refused, not copied to its end.
+                        left = entry.size + 1
+                        while left > 0 and (chunk := src.read(min(CHUNK, left))):
+                            left -= len(chunk)
+                            if left == 0:
+                                shown = f"{safe_text(source_dir)}/{safe_text(entry.path)}"
+                                msg = f"{shown}: larger than the {entry.size} bytes the manifest says"
+                                raise VerificationError(msg, hint="the bundle changed after it was written: rebuild it")
                             dst.write(chunk)
             finally:
                 os.close(root_fd)

@@ -14,7 +14,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from _bundles import neuronc, text
 
 
