@@ -2,7 +2,11 @@
 
 ``Staging`` checks that the output fits (its size is known before the first byte is written), builds
 it in a hidden sibling of ``out_dir`` (``.NAME.XXXX.partial``) and renames that into place when the
-caller publishes it. On any failure it removes the staging directory and the parent directories it
+caller publishes it. The process holds an flock on the staging directory for its life (the kernel
+frees it when the process dies, however it dies), and a marker file inside says the directory is a
+split's: a later split into the same ``out_dir`` removes every marked staging directory nobody
+holds, which is what a SIGKILLed (or power-cut) split leaves.
+On any failure it removes the staging directory and the parent directories it
 created, so ``out_dir`` is as it was (absent, or an empty directory), and turns an OSError into one
 error line: DiskFullError (exit 5) naming ``out_dir`` and the space needed for ENOSPC/EDQUOT,
 InvalidInputError (exit 2) where ``out_dir`` cannot be written (permissions, a read-only file
@@ -12,6 +16,7 @@ system), EnvironmentIncompatibleError (exit 5) for anything else (EIO).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 import tempfile
@@ -27,6 +32,11 @@ from neuronc.errors import (
     safe_text,
 )
 from neuronc.fsutil import check_free_space, disk_full_error, fsync_dir
+
+# Inside each staging directory while a split writes it: written after the owner's flock is taken, so
+# a sweeper that finds it and can take the flock knows the owner is gone. Removed before publishing.
+MARKER = ".neuronc-split-staging"
+STAGING_SUFFIX = ".partial"
 
 # File systems allocate whole blocks: each file's size is rounded up to this for the free-space check.
 BLOCK_BYTES = 4096
@@ -47,6 +57,37 @@ def refuse_nonempty(out_dir: Path) -> None:
         raise InvalidInputError(msg, hint="remove it or choose another --out")
 
 
+def sweep_leftovers(out_dir: Path) -> list[Path]:
+    """Remove the staging directories earlier splits into ``out_dir`` left when they were killed.
+
+    Only hidden siblings named as ``Staging`` names them, holding its marker, whose owner's flock
+    is free (the owner is gone); a live split's directory is never touched. Returns what was removed.
+    """
+    parent = out_dir.absolute().parent
+    prefix = f".{out_dir.name}."
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith(prefix) and e.name.endswith(STAGING_SUFFIX)]
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # not a directory, a link, or gone
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.path.lexists(os.path.join(entry.path, MARKER)):
+                continue  # not a split's, or its owner has not marked it yet
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+        except OSError:
+            continue  # a live split holds it
+        finally:
+            os.close(fd)
+    return removed
+
+
 class Staging:
     """``with Staging(out_dir, needed, what=...) as staging:`` write into ``staging.path``, then ``publish()``."""
 
@@ -58,9 +99,12 @@ class Staging:
         self.path = out_dir  # the staging directory once entered
         self._created: list[Path] = []
         self._published = False
+        self._owner = -1  # the staging directory's fd, flocked while this process writes it
+        self.swept: list[Path] = []
 
     def __enter__(self) -> Staging:
         refuse_nonempty(self.out_dir)
+        self.swept = sweep_leftovers(self.out_dir)  # before the free-space check: their space comes back
         try:
             check_free_space(self.out_dir, self.needed, what=self.what)
         except DiskFullError as exc:
@@ -73,7 +117,10 @@ class Staging:
         try:
             self.out_dir.parent.mkdir(parents=True, exist_ok=True)
             prefix = f".{self.out_dir.name}."
-            self.path = Path(tempfile.mkdtemp(prefix=prefix, suffix=".partial", dir=self.out_dir.parent))
+            self.path = Path(tempfile.mkdtemp(prefix=prefix, suffix=STAGING_SUFFIX, dir=self.out_dir.parent))
+            self._owner = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fcntl.flock(self._owner, fcntl.LOCK_EX)  # waits only for a sweeper looking at it (unmarked: it leaves it)
+            (self.path / MARKER).touch()
         except BaseException as exc:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
@@ -81,10 +128,12 @@ class Staging:
 
     def publish(self) -> None:
         """Make the staging directory durable and rename it to ``out_dir`` (replacing an empty one)."""
+        (self.path / MARKER).unlink()
         if self.durable:
             fsync_dir(self.path)
         os.replace(self.path, self.out_dir)
         self._published = True
+        self._release()
         if self.durable:
             fsync_dir(self.out_dir.parent)
 
@@ -92,9 +141,11 @@ class Staging:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._published or exc is None:
+            self._release()
             return
         if self.path != self.out_dir:
             shutil.rmtree(self.path, ignore_errors=True)
+        self._release()
         for directory in self._created:  # only those this split made, and only while empty
             try:
                 directory.rmdir()
@@ -102,6 +153,11 @@ class Staging:
                 break  # not empty (someone else wrote there meanwhile) or gone: leave it and its parents
         if isinstance(exc, OSError):
             raise self._error(exc) from None
+
+    def _release(self) -> None:
+        if self._owner >= 0:
+            os.close(self._owner)
+            self._owner = -1
 
     def _error(self, exc: OSError) -> NeuroncError:
         shown, reason = safe_text(self.out_dir), exc.strerror or str(exc)

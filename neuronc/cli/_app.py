@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from neuronc._output import out, to_json_text
+from neuronc.cli._signals import sigterm_as_interrupt
 from neuronc.errors import EXIT_INTERRUPTED, InvalidInputError, NeuroncError
 
 # Typer 0.29 writes parameter types the way Python spells them ("{profiles}...", "<list[Path]>",
@@ -148,7 +149,8 @@ def handle_errors(func: F) -> F:
         if kwargs.get("json_out"):
             out.configure(json_mode=True)
         try:
-            return func(*args, **kwargs)
+            with sigterm_as_interrupt():  # SIGTERM (docker stop, CI cancel, timeout) is handled like Ctrl-C
+                return func(*args, **kwargs)
         except NeuroncError as exc:
             if os.environ.get("NEURONC_DEBUG"):
                 # The traceback for whoever debugs; the documented exit code for CI all the same.

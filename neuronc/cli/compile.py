@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,6 +10,7 @@ import typer
 from neuronc._output import out
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
+from neuronc.cli._signals import sigterm_as_interrupt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -76,7 +73,7 @@ def compile_command(
         _announce(report)
 
     try:
-        with _sigterm_as_interrupt(), out.progress() as sink:
+        with sigterm_as_interrupt(), out.progress() as sink:
             compile_profiles(
                 profiles,
                 store=store,
@@ -184,23 +181,6 @@ def _write_report(path: Path | None, data: dict[str, Any]) -> None:
     from neuronc.fsutil import atomic_write_text
 
     atomic_write_text(path.absolute(), to_json_text(data), fsync=False)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM (CI cancellation) like Ctrl-C, so staging is cleaned up and the exit is 130."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 __all__ = ["compile_command"]

@@ -68,8 +68,7 @@ def test_store_publish_stops_at_the_declared_size(tmp_path: Path) -> None:
 
 
 def test_compile_out_copy_stops_at_the_declared_size(tmp_path: Path) -> None:
-    """``place_bundle`` (compile --out) copies through the same function: the same limit (this copy
-    stopped at the size on 902c69a too; it is here so the shared function keeps doing so)."""
+    """``place_bundle`` (compile --out) copies through the same function: the same limit."""
     bundle, grown = _grown_bundle(tmp_path)
     code = (
         "import sys\n"
@@ -86,6 +85,7 @@ def test_compile_out_copy_stops_at_the_declared_size(tmp_path: Path) -> None:
         capture_output=True,
         timeout=300,
         preexec_fn=_limited,
+        cwd=tmp_path,
     )
     assert proc.returncode == 4, (proc.returncode, text(proc))
     assert grown in proc.stdout.decode()
