@@ -8,6 +8,7 @@ Kept free of heavy imports.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -15,7 +16,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuronc.errors import DiskFullError, InvalidInputError, is_disk_full
+from neuronc.errors import (
+    DiskFullError,
+    EnvironmentIncompatibleError,
+    InvalidInputError,
+    NeuroncError,
+    is_disk_full,
+    safe_text,
+)
 
 # O_NONBLOCK: opening a FIFO must not hang the reader; the fstat below then refuses it.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
@@ -86,13 +94,30 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
+    """Write ``data`` to ``path``: a regular file (or nothing) there is replaced atomically; anything else
+    is written through.
 
-    Readers see the old file or the new one, never half of one; the temporary file is removed
-    on any failure. A full disk is a DiskFullError (exit 5) naming the path and the size.
+    A regular file is replaced through a temporary file in the same directory and a rename, so
+    readers see the old file or the new one, never half of one; the temporary file is removed on any
+    failure. A symbolic link, a character device, a FIFO are opened and written, as a shell's ``>``
+    does: the link stays a link (its target gets the bytes), ``/dev/stdout`` stays the terminal or
+    pipe it is, a device stays a device. A full disk is a DiskFullError (exit 5) naming the path and
+    the size; a parent that is a file is NotADirectoryError.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        info = os.lstat(target)
+    except OSError:
+        info = None  # absent; or a parent is missing or not a directory: the steps below say which
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        _write_through(target, data, mode)
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a parent is a file (or a link to one): say so, not "File exists"
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target.parent)) from None
     import tempfile  # lazily: a store hit never writes a temporary file
 
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -112,6 +137,60 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool
         raise
     if fsync:
         fsync_dir(target.parent)
+
+
+def _write_through(target: Path, data: bytes, mode: int) -> None:
+    """Open what stands at ``target`` (following links) and write ``data`` into it (truncating a regular file)."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full_error(target, len(data), exc) from None
+        raise
+
+
+# OSError numbers that mean "this path cannot be written" (the user's choice of path) rather than a broken host.
+_UNWRITABLE = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG}
+    | {errno.ENXIO, errno.ENOENT, errno.ELOOP, errno.ETXTBSY, errno.EINVAL}
+)
+
+
+def write_output(
+    path: str | os.PathLike[str], data: bytes, *, what: str, fsync: bool = False, mode: int = 0o644
+) -> None:
+    """Write a file a user named (``--out``, ``--report``): ``atomic_write_bytes``, with one error line
+    (``output_error``) where it cannot be written."""
+    try:
+        atomic_write_bytes(path, data, fsync=fsync, mode=mode)
+    except OSError as exc:
+        raise output_error(path, exc, what=what) from None
+
+
+def output_error(path: str | os.PathLike[str], exc: OSError, *, what: str) -> NeuroncError:
+    """One error line for an OSError writing ``what`` at a path a user named.
+
+    A path that cannot be written (a directory, a file's child, no permission, a read-only file
+    system) is InvalidInputError (exit 2); a full disk or device is DiskFullError (exit 5); any other
+    OSError (EIO) is EnvironmentIncompatibleError (exit 5).
+    """
+    if is_disk_full(exc):
+        return disk_full_error(path, None, exc)
+    shown, reason = safe_text(os.fspath(path), 1000), exc.strerror or str(exc)
+    culprit = os.fspath(exc.filename) if exc.filename is not None else None
+    if isinstance(exc, FileExistsError) and culprit is not None and culprit != os.fspath(path):
+        reason = os.strerror(errno.ENOTDIR)  # mkdir of a parent that is a file
+    where = f" ({safe_text(culprit)})" if culprit is not None and culprit != os.fspath(path) else ""
+    msg = f"{shown}: cannot write {what}: {reason}{where}"
+    if exc.errno in _UNWRITABLE:
+        return InvalidInputError(msg, hint="choose another path")
+    return EnvironmentIncompatibleError(msg)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, fsync: bool = True, mode: int = 0o644) -> None:
@@ -351,8 +430,10 @@ __all__ = [
     "free_bytes",
     "fsync_dir",
     "open_regular",
+    "output_error",
     "plural",
     "read_bytes_limited",
     "scan_dir",
     "walk_files",
+    "write_output",
 ]

@@ -412,7 +412,7 @@ def copy_bundle(
     from neuronc.bundle._reader import read_manifest_bytes
     from neuronc.bundle.fs import open_in_bundle, open_root
     from neuronc.errors import DiskFullError, VerificationError, safe_text
-    from neuronc.fsutil import check_free_space, disk_full_error
+    from neuronc.fsutil import check_free_space, disk_full_error, output_error
 
     source_dir = Path(source)
     raw = read_manifest_bytes(source_dir)
@@ -422,7 +422,10 @@ def copy_bundle(
         writer = destination
     else:
         target = Path(os.path.abspath(destination))
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent is a file, no permission, a read-only file system
+            raise output_error(target, exc, what=f"a copy of bundle {manifest.config_hash[:12]}") from None
         check_free_space(target.parent, size, what=f"a copy of bundle {manifest.config_hash[:12]}")
         writer = BundleWriter(target, overwrite=overwrite, expected_bytes=size)
     try:

@@ -178,9 +178,9 @@ def _write_report(path: Path | None, data: dict[str, Any]) -> None:
     if path is None:
         return
     from neuronc._output import to_json_text
-    from neuronc.fsutil import atomic_write_text
+    from neuronc.fsutil import write_output
 
-    atomic_write_text(path.absolute(), to_json_text(data), fsync=False)
+    write_output(path, to_json_text(data).encode("utf-8"), what="the report")
 
 
 __all__ = ["compile_command"]

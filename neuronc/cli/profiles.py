@@ -121,13 +121,10 @@ def schema_command(
     if output is None:
         out.result(profile_json_schema())
         return
-    from neuronc.fsutil import atomic_write_bytes
+    from neuronc.fsutil import write_output
 
     data = text.encode("utf-8")
-    try:
-        atomic_write_bytes(output, data)
-    except OSError as exc:
-        raise InvalidInputError(f"{output}: cannot write the schema: {exc.strerror or exc}") from None
+    write_output(output, data, what="the schema", fsync=True)
     out.result({"out": str(output), "bytes": len(data)}, lambda: out.success(f"wrote {output}"))
 
 

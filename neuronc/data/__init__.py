@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from neuronc.errors import InvalidInputError
-from neuronc.fsutil import atomic_write_bytes, plural
+from neuronc.fsutil import plural, write_output
 
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
@@ -131,7 +131,7 @@ def copy_profile(name: str, dest: Path | None = None, *, force: bool = False) ->
             hint="pass --force to overwrite them, or copy somewhere else (neuronc profiles copy NAME DIR)",
         )
     for source_entry, path in plan:
-        atomic_write_bytes(path, source_entry.read_bytes())
+        write_output(path, source_entry.read_bytes(), what="a copy of the profile", fsync=True)
     return CopiedProfile(profile=target, model_dir=model_dir, files=[path for _, path in plan])
 
 

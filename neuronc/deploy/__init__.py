@@ -82,13 +82,14 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
 
 def write(rendered: Rendered, out_dir: str | os.PathLike[str]) -> list[Path]:
     """Write the files under ``out_dir`` (replacing older copies), each atomically."""
-    from neuronc.fsutil import atomic_write_text
+    from neuronc.fsutil import write_output
 
     root = Path(out_dir)
     written = []
     for item in rendered.files:
         target = root / item.path
-        atomic_write_text(target, item.text, fsync=False, mode=0o755 if item.executable else 0o644)
+        mode = 0o755 if item.executable else 0o644
+        write_output(target, item.text.encode("utf-8"), what="a serving file", mode=mode)
         written.append(target)
     return written
 
