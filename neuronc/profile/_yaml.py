@@ -7,6 +7,11 @@ from typing import Any
 
 import yaml
 
+from neuronc.errors import safe_text
+
+# Integers beyond this are refused where they are read: no profile field needs more, and Python will not
+# print (or parse) more than 4300 decimal digits.
+MAX_INT_BITS = 64
 # YAML aliases can make a tiny file expand exponentially ("billion laughs"); cap the node count.
 MAX_YAML_NODES = 20_000
 
@@ -60,7 +65,7 @@ class YamlTree:
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = loader.construct_object(key_node, deep=True)
+                key = self._scalar(loader, key_node, path)
                 if not isinstance(key, str | int | float | bool) or key is None:
                     self.problems.append(self.at(path, f"keys must be plain scalars, got {key!r}", key_node))
                     continue
@@ -74,7 +79,28 @@ class YamlTree:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self._walk(loader, child, (*path, i)) for i, child in enumerate(node.value)]
-        return loader.construct_object(node, deep=True)
+        return self._scalar(loader, node, path)
+
+    def _scalar(self, loader: yaml.SafeLoader, node: yaml.Node, path: tuple[Any, ...]) -> Any:
+        """A scalar's value; a problem (and None) where PyYAML cannot make one, or makes an absurd integer.
+
+        An integer of thousands of digits is the case in point: Python refuses to convert more than
+        ``sys.get_int_max_str_digits()`` (4300) decimal digits, and PyYAML lets that ValueError
+        escape; one given in hex converts, and then breaks whatever prints it in decimal. No profile
+        field holds more than 64 bits.
+        """
+        text = node.value if isinstance(node.value, str) else ""
+        try:
+            value = loader.construct_object(node, deep=True)
+        except (ValueError, yaml.YAMLError) as exc:
+            why = "an integer too large" if len(text) > 64 else f"not a valid value ({safe_text(exc, 120)})"
+        else:
+            if not (isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS):
+                return value
+            why = "an integer too large"
+        self.problems.append(self.at(path, f"{why}: {safe_text(text, 24)} ({len(text)} characters)", node))
+        self.refused.add(path)
+        return None
 
     def is_refused(self, path: Sequence[Any]) -> bool:
         """Whether ``path`` or a parent of it was dropped while loading (already reported)."""
