@@ -165,8 +165,24 @@ def handle_errors(func: F) -> F:
             raise typer.Exit(EXIT_INTERRUPTED) from None
         finally:
             out.end_command()
+            _COMMAND_ENDED.append(True)
 
     return wrapper  # type: ignore[return-value]
+
+
+# Set once a command's body has run: it printed its own output (success or failure) by then.
+_COMMAND_ENDED: list[bool] = []
+
+
+def exit_interrupted(args: list[str]) -> int:
+    """Ctrl-C before a command's body ran (start-up, argument parsing): what a command prints for it,
+    ``interrupted`` on stderr and with ``--json`` the error document on stdout; returns 130."""
+    if _json_requested(args):
+        out.configure(json_mode=True)
+        out.error(Interrupted("interrupted"))
+    else:
+        out.info("interrupted")
+    return EXIT_INTERRUPTED
 
 
 class Interrupted(NeuroncError):
@@ -196,6 +212,8 @@ def run_app(args: list[str]) -> int:
     document on stdout (exit 2), so that `--json` output is one document on every failure."""
     try:
         code = app_for(args)(args=args, prog_name="neuronc", standalone_mode=False)
+    except KeyboardInterrupt:  # outside a command's body: while the app is built or arguments parsed
+        return EXIT_INTERRUPTED if _COMMAND_ENDED else exit_interrupted(args)
     except _ClickUsageError as exc:
         exc.show()  # type: ignore[attr-defined]  # Click's usage line and message, on stderr, as before
         exit_code = int(getattr(exc, "exit_code", 2))
