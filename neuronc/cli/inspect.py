@@ -188,7 +188,7 @@ def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> Ne
     if comparison["verdict"] != INCOMPATIBLE:
         return None
     details = [
-        f"{d['package']}: bundle {d['bundle']}, installed {d['installed']} ({d['reason']})"
+        f"{_cell(d['package'])}: bundle {_cell(d['bundle'])}, installed {_cell(d['installed'])} ({_cell(d['reason'])})"
         for d in comparison["differences"]
         if d["verdict"] == INCOMPATIBLE
     ]
@@ -319,7 +319,8 @@ def _render(d: dict[str, Any]) -> None:
     )
     if d["load_snippet"]:
         out.print("load:")
-        out.code("\n".join(f"  {line}" for line in str(d["load_snippet"]).splitlines()[:40]))
+        # Lines to copy as they are, but never a control character from the manifest to the terminal.
+        out.code("\n".join(f"  {_cell(line, 1000)}" for line in str(d["load_snippet"]).splitlines()[:40]))
     if "verify" in d:
         _render_verify(d)
     if "environment" in d:
