@@ -22,6 +22,7 @@ from typing import Any
 
 from neuronc.backends.base import GraphSpec
 from neuronc.backends.inductor.format import GRAPH_FORMAT, graph_files
+from neuronc.fsutil import disk_full_as_error
 
 GRAPH_CACHE_ENV = "NEURONC_GRAPH_CACHE"
 # config.json fields that do not change a compiled graph.
@@ -129,14 +130,29 @@ def publish(out_dir: Path, cache_root: Path | None, name: str, key: str) -> Path
 
 
 def install(entry: Path, name: str, artifacts_dir: Path, logs_dir: Path, *, cache_hit: bool, key: str) -> None:
-    """Copy one graph's files from the cache (or the work dir) into the bundle."""
+    """Copy one graph's files from the cache (or the work dir) into the bundle.
+
+    A full disk here is the bundle's file system filling, not a compiler failure: DiskFullError
+    (exit 5) naming the file and its size, never a CompileError that sends people to the logs.
+    """
     for file_name in graph_files(name):
-        shutil.copyfile(entry / file_name, artifacts_dir / file_name)
+        source, target = entry / file_name, artifacts_dir / file_name
+        with disk_full_as_error(target, _size(source)):
+            shutil.copyfile(source, target)
     if cache_hit:
         cached_log = entry / f"{name}.log"
         header = f"# neuronc inductor: graph {name} reused from the graph cache ({entry}), key {key}\n"
         body = cached_log.read_text(encoding="utf-8", errors="replace") if cached_log.is_file() else ""
-        (logs_dir / f"{name}.log").write_text(header + body, encoding="utf-8")
+        text = header + body
+        with disk_full_as_error(logs_dir / f"{name}.log", len(text)):
+            (logs_dir / f"{name}.log").write_text(text, encoding="utf-8")
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def sweep_tmp(tmp: Path, max_age_seconds: float = _TMP_MAX_AGE_SECONDS) -> None:
