@@ -244,3 +244,28 @@ def test_awkward_values_stay_one_value_in_every_generated_file(tmp_path: Path, s
         assert uploads and uploads[0][3] == AWKWARD_BUNDLE, recorded
     if stack == "torchserve":
         assert os.readlink(next((out_dir / "model_store").iterdir()) / "model") == f"{AWKWARD_BUNDLE}/model"
+
+
+# -- fields of the wrong type: refused by every reader, verify included ------------------------------
+
+WRONG_TYPES = [
+    ("tp_degree", "abc"),
+    ("batch_size", True),
+    ("options", "x"),
+    ("sequence", {"max_length": 4096, "max_context_length": 2048, "context_buckets": 5, "token_buckets": [4096]}),
+    ("model", {"id": ["a", "b"]}),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), WRONG_TYPES, ids=[k for k, _ in WRONG_TYPES])
+@pytest.mark.parametrize("command", ["verify", "inspect", "deploy"])
+def test_a_field_of_the_wrong_type_is_refused(tmp_path: Path, key: str, value: Any, command: str) -> None:
+    bundle = _hostile_bundle(tmp_path, "vllm")
+    edit_manifest(bundle, _set_profile(key, value))
+    extra = ["--for", "vllm", "--out", tmp_path / "deploy"] if command == "deploy" else []
+    proc = neuronc(command, bundle, *extra, cwd=tmp_path)
+    assert proc.returncode == 2, text(proc)
+    stderr = proc.stderr.decode()
+    assert "Traceback" not in stderr
+    assert f"profile.{key}" in stderr, stderr
+    assert not (tmp_path / "deploy").exists()
