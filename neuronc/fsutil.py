@@ -93,16 +93,19 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
     return chunks[0] if len(chunks) <= 2 else b"".join(chunks)
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool = True, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path``: a regular file (or nothing) there is replaced atomically; anything else
-    is written through.
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, fsync: bool = True, mode: int = 0o644, through: bool = False
+) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory and a rename.
 
-    A regular file is replaced through a temporary file in the same directory and a rename, so
-    readers see the old file or the new one, never half of one; the temporary file is removed on any
-    failure. A symbolic link, a character device, a FIFO are opened and written, as a shell's ``>``
-    does: the link stays a link (its target gets the bytes), ``/dev/stdout`` stays the terminal or
-    pipe it is, a device stays a device. A full disk is a DiskFullError (exit 5) naming the path and
-    the size; a parent that is a file is NotADirectoryError.
+    Readers see the old file or the new one, never half of one; the temporary file is removed on any
+    failure. Whatever stood at ``path`` (a link, a FIFO) is replaced: what neuronc keeps for itself
+    (caches, indexes, mirrors) is always a regular file of its own. With ``through`` (a path a user
+    named: ``write_output``) only a regular file is replaced; a symbolic link, a character device, a
+    FIFO is opened and written, as a shell's ``>`` does: the link stays a link (its target gets the
+    bytes), ``/dev/stdout`` stays the terminal or pipe it is, a device stays a device. A full disk is
+    a DiskFullError (exit 5) naming the path and the size; a directory at ``path`` is
+    IsADirectoryError, a parent that is a file NotADirectoryError.
     """
     target = Path(path)
     try:
@@ -111,7 +114,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, fsync: bool
         info = None  # absent; or a parent is missing or not a directory: the steps below say which
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
-    if info is not None and not stat.S_ISREG(info.st_mode):
+    if through and info is not None and not stat.S_ISREG(info.st_mode):
         _write_through(target, data, mode)
         return
     try:
@@ -165,10 +168,11 @@ _UNWRITABLE = frozenset(
 def write_output(
     path: str | os.PathLike[str], data: bytes, *, what: str, fsync: bool = False, mode: int = 0o644
 ) -> None:
-    """Write a file a user named (``--out``, ``--report``): ``atomic_write_bytes``, with one error line
-    (``output_error``) where it cannot be written."""
+    """Write a file a user named (``--out``, ``--report``): ``atomic_write_bytes`` replacing only a regular
+    file (links, devices and FIFOs are written through), with one error line (``output_error``) where
+    it cannot be written."""
     try:
-        atomic_write_bytes(path, data, fsync=fsync, mode=mode)
+        atomic_write_bytes(path, data, fsync=fsync, mode=mode, through=True)
     except OSError as exc:
         raise output_error(path, exc, what=what) from None
 
