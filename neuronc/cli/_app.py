@@ -186,7 +186,7 @@ def exit_interrupted(args: list[str]) -> int:
 
 
 class Interrupted(NeuroncError):
-    """Ctrl-C, or SIGTERM where a command treats it alike (compile): what was half-done is cleaned up."""
+    """Ctrl-C, or SIGTERM (every command treats it alike): what was half-done is cleaned up."""
 
     exit_code = EXIT_INTERRUPTED
     kind = "interrupted"
@@ -210,6 +210,7 @@ def _json_requested(args: list[str]) -> bool:
 def run_app(args: list[str]) -> int:
     """Run the application; a usage error with --json on the command line also prints the JSON error
     document on stdout (exit 2), so that `--json` output is one document on every failure."""
+    _COMMAND_ENDED.clear()
     try:
         code = app_for(args)(args=args, prog_name="neuronc", standalone_mode=False)
     except KeyboardInterrupt:  # outside a command's body: while the app is built or arguments parsed
