@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from neuronc._output import out, fit_columns
+from neuronc._output import fit_columns, out
 from neuronc.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
