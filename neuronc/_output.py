@@ -148,15 +148,19 @@ class Output:
     ) -> None:
         """Print a table for people (stdout), readable at any terminal width with no word broken.
 
-        The full table when it fits (or with ``--wide``); otherwise the ``optional`` columns are
-        dropped, least important last in the list first, and words wrap at spaces; when even that
-        does not fit, each row is printed as a block of ``column: value`` lines.
+        The full table when it fits (or with ``--wide``: then at its natural width, wider than the
+        terminal if need be). Otherwise columns give way: first those with the same value on every
+        row (the value is said once below the table), then the ``optional`` ones, least telling
+        last in the list first; words wrap at spaces, and a line below the table names what was
+        left out. When even that does not fit, each row is printed as a block of ``column: value``
+        lines.
         """
         if self.json_mode:
             return
         cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
         width = self.stdout.width
-        layout = fit_columns(list(columns), cells, width, optional=optional, wide=self.wide)
+        constant = constant_columns(list(columns), cells)
+        layout = fit_columns(list(columns), cells, width, optional=optional, constant=constant, wide=self.wide)
         if layout is None:
             self._stacked(list(columns), cells, title)
             return
@@ -172,10 +176,23 @@ class Output:
         for row in cells:
             # Cells are data (model ids, paths, values): plain Text, never parsed as Rich markup.
             table.add_row(*(Text(row[i]) for i in keep))
-        if self.wide:
-            self.stdout.print(table, width=max(width, sum(widths) + _TABLE_GAP * len(widths)))
+        natural = sum(widths) + _TABLE_GAP * len(widths)
+        if self.wide and natural > width:
+            # Rich clamps print(width=...) to the console's width: widen the console itself.
+            self.stdout.width = natural
+            try:
+                self.stdout.print(table)
+            finally:
+                self.stdout.width = width
         else:
             self.stdout.print(table)
+        left_out = [i for i in range(len(columns)) if i not in keep]
+        same = [f"{columns[i]}: {cells[0][i]}" for i in left_out if columns[i] in constant]
+        dropped = [columns[i] for i in left_out if columns[i] not in constant]
+        if same:
+            self._wrapped(_escape("on every row: " + "; ".join(same)))
+        if dropped:
+            self._wrapped(_escape(f"not shown at {width} columns: {', '.join(dropped)} (--wide shows every column)"))
 
     def _stacked(self, columns: list[str], cells: list[list[str]], title: str | None) -> None:
         """Each row as a block: the first cell as a heading, then ``column: value`` lines."""
@@ -261,15 +278,34 @@ def _words(text: str) -> list[str]:
     return text.split() or [""]
 
 
+def constant_columns(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[str]:
+    """Columns (not the first) with one non-empty value on every row of two or more: saying that value
+    once loses nothing when the terminal is too narrow for them."""
+    if len(cells) < 2:
+        return []
+    return [
+        name
+        for i, name in enumerate(columns)
+        if i > 0 and all(len(row) > i for row in cells) and cells[0][i] and all(row[i] == cells[0][i] for row in cells)
+    ]
+
+
 def fit_columns(
-    columns: list[str], cells: list[list[str]], width: int, *, optional: Sequence[str] = (), wide: bool = False
+    columns: list[str],
+    cells: list[list[str]],
+    width: int,
+    *,
+    optional: Sequence[str] = (),
+    constant: Sequence[str] = (),
+    wide: bool = False,
 ) -> tuple[list[int], list[int]] | None:
     """Which columns to show and how wide, so that no word is broken; None: print rows stacked.
 
     A column needs at least its longest word (header included) and wants its longest line. The
-    full table is used when every column gets what it wants (or ``wide``); else optional columns
-    are dropped (last listed first) until the minimums fit, and the space left is shared out in
-    proportion to what each column still wants.
+    full table is used when every column gets what it wants (or ``wide``); else columns are
+    dropped until the minimums fit: ``constant`` ones first (one value on every row), then the
+    optional ones, last listed first. The space left is shared out in proportion to what each
+    column still wants.
     """
     from rich.cells import cell_len
 
@@ -285,7 +321,8 @@ def fit_columns(
 
     if wide or cost([natural[i] for i in keep]) <= width:
         return keep, [natural[i] for i in keep]
-    droppable = [columns.index(name) for name in reversed(optional) if name in columns]
+    order = [*constant, *(name for name in reversed(optional) if name not in constant)]
+    droppable = [columns.index(name) for name in order if name in columns]
     while cost([minimum[i] for i in keep]) > width and droppable:
         keep.remove(droppable.pop(0))
     if cost([natural[i] for i in keep]) <= width:
