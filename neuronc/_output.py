@@ -236,7 +236,11 @@ class Output:
     def progress(self) -> Iterator[ProgressSink]:
         """Yield a progress sink that draws Rich bars on stderr when it is a terminal."""
         if not self.stderr.is_terminal:
-            yield _LineSink(self)
+            sink = _LineSink(self, heartbeat_seconds())
+            try:
+                yield sink
+            finally:
+                sink.close()
             return
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -393,32 +397,108 @@ class _RichSink:
         return _RichTask(self._bars, task_id, unit)
 
 
-class _LineTask:
-    """Non-terminal progress: one line when a task starts and one when it ends (CI logs)."""
+HEARTBEAT_ENV = "NEURONC_HEARTBEAT_SECONDS"
 
-    def __init__(self, output: Output, description: str) -> None:
-        self._output = output
-        self._description = description
+
+def heartbeat_seconds() -> float:
+    """How often a non-terminal log says what is still running ($NEURONC_HEARTBEAT_SECONDS, default 30)."""
+    try:
+        value = float(os.environ.get(HEARTBEAT_ENV, "30"))
+    except ValueError:
+        return 30.0
+    return value if value > 0 else 30.0
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+class _LineTask:
+    """Non-terminal progress: one line when a task starts, one when it ends (CI logs)."""
+
+    def __init__(self, sink: _LineSink, description: str, total: float | None) -> None:
+        import time
+
+        self._sink = sink
+        self.description = description
+        self.total = total
+        self.completed = 0.0
+        self.started = time.monotonic()
 
     def advance(self, amount: float = 1) -> None:
-        pass
+        self.completed += amount
 
     def update(self, *, completed: float | None = None, description: str | None = None) -> None:
         if description is not None:
-            self._description = description
+            self.description = description
+        if completed is not None:
+            self.completed = completed
 
     def done(self, status: str | None = None) -> None:
-        suffix = f" ({status})" if status else ""
-        self._output.info(f"done: {self._description}{suffix}")
+        import time
+
+        self._sink.finished(self)
+        took = _elapsed(time.monotonic() - self.started)
+        suffix = f" ({status}, {took})" if status else f" ({took})"
+        self._sink.output.info(f"done: {self.description}{suffix}")
 
 
 class _LineSink:
-    def __init__(self, output: Output) -> None:
-        self._output = output
+    """Line progress for logs, with a heartbeat: every ``interval`` seconds each task still open says
+    so with its elapsed time, so a long stage is not minutes of silence in a CI log.
+
+    Hand-written (a daemon thread and a condition) because Rich's progress only animates terminals.
+    """
+
+    def __init__(self, output: Output, interval: float) -> None:
+        import threading
+
+        self.output = output
+        self._interval = interval
+        self._open: list[_LineTask] = []
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def task(self, description: str, total: float | None = None, unit: str = "") -> ProgressTask:
-        self._output.info(f"start: {description}")
-        return _LineTask(self._output, description)
+        import threading
+
+        self.output.info(f"start: {description}")
+        task = _LineTask(self, description, total)
+        with self._wake:
+            self._open.append(task)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._beat, name="neuronc-heartbeat", daemon=True)
+                self._thread.start()
+        return task
+
+    def finished(self, task: _LineTask) -> None:
+        with self._wake:
+            if task in self._open:
+                self._open.remove(task)
+
+    def _beat(self) -> None:
+        import time
+
+        with self._wake:
+            while not self._closed:
+                self._wake.wait(self._interval)
+                if self._closed:
+                    return
+                now = time.monotonic()
+                for task in list(self._open):
+                    if now - task.started < self._interval:
+                        continue
+                    share = f", {task.completed:.0f}/{task.total:.0f}" if task.total else ""
+                    self.output.info(f"running: {task.description} ({_elapsed(now - task.started)}{share})")
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
 
 
 out = Output()
