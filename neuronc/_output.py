@@ -155,15 +155,19 @@ class Output:
     ) -> None:
         """Print a table for people (stdout), readable at any terminal width with no word broken.
 
-        The full table when it fits (or with ``--wide``); otherwise the ``optional`` columns are
-        dropped, least important last in the list first, and words wrap at spaces; when even that
-        does not fit, each row is printed as a block of ``column: value`` lines.
+        The full table when it fits (or with ``--wide``: then at its natural width, wider than the
+        terminal if need be). Otherwise columns give way: first those with the same value on every
+        row (the value is said once below the table), then the ``optional`` ones, least telling
+        last in the list first; words wrap at spaces, and a line below the table names what was
+        left out. When even that does not fit, each row is printed as a block of ``column: value``
+        lines.
         """
         if self.json_mode:
             return
         cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
         width = self.stdout.width
-        layout = fit_columns(list(columns), cells, width, optional=optional, wide=self.wide)
+        constant = constant_columns(list(columns), cells)
+        layout = fit_columns(list(columns), cells, width, optional=optional, constant=constant, wide=self.wide)
         if layout is None:
             self._stacked(list(columns), cells, title)
             return
@@ -179,10 +183,23 @@ class Output:
         for row in cells:
             # Cells are data (model ids, paths, values): plain Text, never parsed as Rich markup.
             table.add_row(*(Text(row[i]) for i in keep))
-        if self.wide:
-            self.stdout.print(table, width=max(width, sum(widths) + _TABLE_GAP * len(widths)))
+        natural = sum(widths) + _TABLE_GAP * len(widths)
+        if self.wide and natural > width:
+            # Rich clamps print(width=...) to the console's width: widen the console itself.
+            self.stdout.width = natural
+            try:
+                self.stdout.print(table)
+            finally:
+                self.stdout.width = width
         else:
             self.stdout.print(table)
+        left_out = [i for i in range(len(columns)) if i not in keep]
+        same = [f"{columns[i]}: {cells[0][i]}" for i in left_out if columns[i] in constant]
+        dropped = [columns[i] for i in left_out if columns[i] not in constant]
+        if same:
+            self._wrapped(_escape("on every row: " + "; ".join(same)))
+        if dropped:
+            self._wrapped(_escape(f"not shown at {width} columns: {', '.join(dropped)} (--wide shows every column)"))
 
     def _stacked(self, columns: list[str], cells: list[list[str]], title: str | None) -> None:
         """Each row as a block: the first cell as a heading, then ``column: value`` lines."""
@@ -226,7 +243,11 @@ class Output:
     def progress(self) -> Iterator[ProgressSink]:
         """Yield a progress sink that draws Rich bars on stderr when it is a terminal."""
         if not self.stderr.is_terminal:
-            yield _LineSink(self)
+            sink = _LineSink(self, heartbeat_seconds())
+            try:
+                yield sink
+            finally:
+                sink.close()
             return
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -268,15 +289,34 @@ def _words(text: str) -> list[str]:
     return text.split() or [""]
 
 
+def constant_columns(columns: Sequence[str], cells: Sequence[Sequence[str]]) -> list[str]:
+    """Columns (not the first) with one non-empty value on every row of two or more: saying that value
+    once loses nothing when the terminal is too narrow for them."""
+    if len(cells) < 2:
+        return []
+    return [
+        name
+        for i, name in enumerate(columns)
+        if i > 0 and all(len(row) > i for row in cells) and cells[0][i] and all(row[i] == cells[0][i] for row in cells)
+    ]
+
+
 def fit_columns(
-    columns: list[str], cells: list[list[str]], width: int, *, optional: Sequence[str] = (), wide: bool = False
+    columns: list[str],
+    cells: list[list[str]],
+    width: int,
+    *,
+    optional: Sequence[str] = (),
+    constant: Sequence[str] = (),
+    wide: bool = False,
 ) -> tuple[list[int], list[int]] | None:
     """Which columns to show and how wide, so that no word is broken; None: print rows stacked.
 
     A column needs at least its longest word (header included) and wants its longest line. The
-    full table is used when every column gets what it wants (or ``wide``); else optional columns
-    are dropped (last listed first) until the minimums fit, and the space left is shared out in
-    proportion to what each column still wants.
+    full table is used when every column gets what it wants (or ``wide``); else columns are
+    dropped until the minimums fit: ``constant`` ones first (one value on every row), then the
+    optional ones, last listed first. The space left is shared out in proportion to what each
+    column still wants.
     """
     from rich.cells import cell_len
 
@@ -292,7 +332,8 @@ def fit_columns(
 
     if wide or cost([natural[i] for i in keep]) <= width:
         return keep, [natural[i] for i in keep]
-    droppable = [columns.index(name) for name in reversed(optional) if name in columns]
+    order = [*constant, *(name for name in reversed(optional) if name not in constant)]
+    droppable = [columns.index(name) for name in order if name in columns]
     while cost([minimum[i] for i in keep]) > width and droppable:
         keep.remove(droppable.pop(0))
     if cost([natural[i] for i in keep]) <= width:
@@ -371,32 +412,108 @@ class _RichSink:
         return _RichTask(self._bars, task_id, unit)
 
 
-class _LineTask:
-    """Non-terminal progress: one line when a task starts and one when it ends (CI logs)."""
+HEARTBEAT_ENV = "NEURONC_HEARTBEAT_SECONDS"
 
-    def __init__(self, output: Output, description: str) -> None:
-        self._output = output
-        self._description = description
+
+def heartbeat_seconds() -> float:
+    """How often a non-terminal log says what is still running ($NEURONC_HEARTBEAT_SECONDS, default 30)."""
+    try:
+        value = float(os.environ.get(HEARTBEAT_ENV, "30"))
+    except ValueError:
+        return 30.0
+    return value if value > 0 else 30.0
+
+
+def _elapsed(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+class _LineTask:
+    """Non-terminal progress: one line when a task starts, one when it ends (CI logs)."""
+
+    def __init__(self, sink: _LineSink, description: str, total: float | None) -> None:
+        import time
+
+        self._sink = sink
+        self.description = description
+        self.total = total
+        self.completed = 0.0
+        self.started = time.monotonic()
 
     def advance(self, amount: float = 1) -> None:
-        pass
+        self.completed += amount
 
     def update(self, *, completed: float | None = None, description: str | None = None) -> None:
         if description is not None:
-            self._description = description
+            self.description = description
+        if completed is not None:
+            self.completed = completed
 
     def done(self, status: str | None = None) -> None:
-        suffix = f" ({status})" if status else ""
-        self._output.info(f"done: {self._description}{suffix}")
+        import time
+
+        self._sink.finished(self)
+        took = _elapsed(time.monotonic() - self.started)
+        suffix = f" ({status}, {took})" if status else f" ({took})"
+        self._sink.output.info(f"done: {self.description}{suffix}")
 
 
 class _LineSink:
-    def __init__(self, output: Output) -> None:
-        self._output = output
+    """Line progress for logs, with a heartbeat: every ``interval`` seconds each task still open says
+    so with its elapsed time, so a long stage is not minutes of silence in a CI log.
+
+    Hand-written (a daemon thread and a condition) because Rich's progress only animates terminals.
+    """
+
+    def __init__(self, output: Output, interval: float) -> None:
+        import threading
+
+        self.output = output
+        self._interval = interval
+        self._open: list[_LineTask] = []
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def task(self, description: str, total: float | None = None, unit: str = "") -> ProgressTask:
-        self._output.info(f"start: {description}")
-        return _LineTask(self._output, description)
+        import threading
+
+        self.output.info(f"start: {description}")
+        task = _LineTask(self, description, total)
+        with self._wake:
+            self._open.append(task)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._beat, name="neuronc-heartbeat", daemon=True)
+                self._thread.start()
+        return task
+
+    def finished(self, task: _LineTask) -> None:
+        with self._wake:
+            if task in self._open:
+                self._open.remove(task)
+
+    def _beat(self) -> None:
+        import time
+
+        with self._wake:
+            while not self._closed:
+                self._wake.wait(self._interval)
+                if self._closed:
+                    return
+                now = time.monotonic()
+                for task in list(self._open):
+                    if now - task.started < self._interval:
+                        continue
+                    share = f", {task.completed:.0f}/{task.total:.0f}" if task.total else ""
+                    self.output.info(f"running: {task.description} ({_elapsed(now - task.started)}{share})")
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
 
 
 out = Output()

@@ -223,6 +223,10 @@ def test_compile_failure_is_exit_3_with_the_log_tail_and_other_builds_continue(w
     log_path = Path(error.log_path)
     assert log_path.is_file() and "frobnicate" in log_path.read_text()
     assert log_path.is_relative_to(failed_logs_root())
+    # Every path the error names exists after the failure: the kept copy, not the removed staging log.
+    assert error.hint is not None and f"full compiler output: {log_path}" in error.hint
+    named = [word for text in [error.message, error.hint, *error.details] for word in text.split() if "/" in word]
+    assert named and all(Path(word.rstrip(":;,")).exists() for word in named)
     assert staging_leftovers(ws / "store") == []
     assert [e.path for e in Store(ws / "store").list()] == [Path(reports[1].bundle or "")]
 

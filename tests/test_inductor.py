@@ -75,6 +75,51 @@ def test_tp_above_one_is_a_profile_error() -> None:
     assert "inductor backend runs tp_degree 1 only" in "\n".join(info.value.details)
 
 
+def test_what_compile_would_refuse_is_refused_at_validate_time(tmp_path: Path) -> None:
+    """A model type the graphs cannot be built for, and inductor settings AOTInductor does not have,
+    are profile errors at their line and column, not a traceback or exit 3 after the split."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(DEMO, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "model_type": "gpt2"}))
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "model: {id: m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n"
+        "options:\n  inductor_config:\n    max_autotun: true\n    cpp.threads: 'x'\n"
+        "    aot_inductor.package_constants_in_so: true\n    max_autotune: false\n"
+    )
+    code = "import sys; from neuronc.cli import main; sys.argv = ['neuronc', 'validate', sys.argv[1]]; main()"
+    probe = f"{code}\nimport sys; assert 'torch' not in sys.modules"
+    result = subprocess.run([sys.executable, "-c", probe, str(profile)], capture_output=True, text=True, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert any(":1:9: model.id: model_type 'gpt2' is not supported by the inductor backend" in line for line in lines)
+    assert any(":7:5: options.inductor_config.max_autotun: " in line and "'max_autotune'" in line for line in lines)
+    assert any(":8:5: options.inductor_config.cpp.threads: expects int" in line for line in lines)
+    assert any(
+        ":9:5: options.inductor_config.aot_inductor.package_constants_in_so: set by neuronc" in line for line in lines
+    )
+    assert not any("max_autotune:" in line and "10:" in line for line in lines)  # a real setting passes
+    assert "Traceback" not in result.stderr
+
+
+def test_inductor_settings_are_read_from_the_installed_torch_without_importing_it() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\nfrom neuronc.backends.inductor.options import inductor_settings\n"
+        "s = inductor_settings()\nassert 'torch' not in sys.modules\n"
+        "assert s['cpp.threads'] == -1 and 'max_autotune' in s and 'aot_inductor.package_constants_in_so' in s\nprint(len(s))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) > 100
+
+
 def test_graph_cache_key_covers_its_own_graph_only() -> None:
     config = json.loads((DEMO / "config.json").read_text())
     toolchain = {"torch": "2.13.0", "transformers": "4.57.6", "cpu_isa": "avx2"}

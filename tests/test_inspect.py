@@ -140,7 +140,9 @@ def test_store_commands(runner: CliRunner, tmp_path: Path) -> None:
     [row] = json.loads(result.stdout)["bundles"]
     assert (row["model"], row["backend"], row["path"]) == ("acme/tiny-llama", "fake", str(path))
     other = tmp_path / "elsewhere"
+    other.mkdir()
     assert json.loads(runner.invoke(app, ["store", "list", "--json", "--store", str(other)]).stdout)["bundles"] == []
+    assert runner.invoke(app, ["store", "list", "--store", str(tmp_path / "typo")]).exit_code == 2
     leftover = store.staging_dir / ".neuronc-staging-x-1-00"
     leftover.mkdir()
     (leftover / "f").write_bytes(b"1234")

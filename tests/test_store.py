@@ -211,3 +211,28 @@ def test_store_verify_and_repair_a_damaged_local_bundle(tmp_path: Path, runner: 
     dropped = cli("--repair", "--json")
     assert [b["action"] for b in json.loads(dropped.stdout)["bundles"]] == ["dropped"]
     assert store.list() == []
+
+
+def test_store_commands_on_a_mistyped_local_path_say_it_does_not_exist(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`store list --store TYPO` used to print "no bundles in TYPO" and exit 0."""
+    from neuronc._output import out
+    from neuronc.cli import app
+
+    missing = tmp_path / "stroe"
+    for args in (["store", "list"], ["store", "gc"], ["store", "verify", "abcd"]):
+        out.reset()
+        result = runner.invoke(app, [*args, "--store", str(missing), "--json"])
+        assert result.exit_code == 2, result.output
+        assert f"store {missing} does not exist (--store)" in json.loads(result.stdout)["message"]
+    monkeypatch.setenv("NEURONC_STORE", str(missing))
+    out.reset()
+    result = runner.invoke(app, ["store", "list"])
+    assert result.exit_code == 2 and "(NEURONC_STORE)" in result.stderr
+    # The default store (nothing compiled yet) is an empty store, not an error.
+    monkeypatch.delenv("NEURONC_STORE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh-cache"))
+    out.reset()
+    result = runner.invoke(app, ["store", "list", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["bundles"] == []

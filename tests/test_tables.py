@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from neuronc._output import out, fit_columns
+from neuronc._output import fit_columns, out
 from neuronc.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
@@ -193,9 +193,12 @@ def test_cache_lookup_table(runner: CliRunner) -> None:
     model = REPO / "tests" / "fixtures" / "hf-neuron-cache" / "models" / "example-org" / "tiny-llama"
     args = ["cache-lookup", str(model), "--snapshot", str(snapshot)]
     data = json.loads(invoke(runner, [*args, "--json"], 200))
-    expected = {f"{e['sequence_length']}" for e in data["entries"]} | {e["model_id"] for e in data["entries"]}
-    assert expected
-    check_command(runner, args, expected)
+    shapes = {f"{e['sequence_length']}" for e in data["entries"]} | {e["compiler_version"] for e in data["entries"]}
+    assert shapes
+    check_command(runner, args, shapes)
+    # The model id gives way at 80 columns (named below the table); at 120 it is shown.
+    wide = invoke(runner, args, 120)
+    assert not unbroken(wide, {e["model_id"] for e in data["entries"]}, 120)
 
 
 def test_text_like_an_emoji_code_prints_as_written(capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,3 +209,40 @@ def test_text_like_an_emoji_code_prints_as_written(capsys: pytest.CaptureFixture
     captured = capsys.readouterr()
     assert "org/:smile:-7b" in captured.out
     assert "/data/:rocket:/bundles" in captured.err
+
+
+def test_wide_prints_the_full_table_even_on_a_narrow_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--wide / NEURONC_WIDE: the natural table, not one squeezed into the terminal (Rich clamps
+    print(width=) to the console's width, so a wide table used to be folded anyway)."""
+    columns = ["build", "status", "config", "host compile"]
+    rows = [["profiles/tiny-llama-cpu.yaml", "hit", "6bc7a660f6f4", "2.0 GiB"]]
+    monkeypatch.setattr(out, "wide", True)
+    text = render(columns, rows, 40, monkeypatch)
+    [header, _rule, row] = text.splitlines()[:3]
+    assert "host compile" in header and "profiles/tiny-llama-cpu.yaml" in row and "2.0 GiB" in row
+    assert len(row.rstrip()) > 40
+
+
+def test_what_a_narrow_table_leaves_out_is_said_and_constant_columns_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = ["key", "model", "neuronx-cc", "notes"]
+    rows = [[f"k{i}", "meta-llama/Meta-Llama-3.1-8B-Instruct", f"2.21.{i}", f"annotation-number-{i} " * 2] for i in range(3)]
+    rendered = render(columns, rows, 36, monkeypatch, optional=["neuronx-cc", "notes"])
+    header = rendered.splitlines()[0]
+    text = " ".join(rendered.split())  # the lines below the table wrap at spaces
+    # The model is the same on every row: it goes first and is said once; the compiler version, which
+    # tells the rows apart, stays; the note (dropped next) is named below the table.
+    assert "model" not in header and "neuronx-cc" in header
+    assert "on every row: model: meta-llama/Meta-Llama-3.1-8B-Instruct" in text
+    assert "not shown at 36 columns: notes (--wide shows every column)" in text
+
+
+def test_at_80_columns_the_telling_columns_stay(runner: CliRunner) -> None:
+    snapshot = REPO / "tests" / "fixtures" / "hf-neuron-cache" / "snapshot"
+    model = REPO / "tests" / "fixtures" / "hf-neuron-cache" / "models" / "example-org" / "tiny-llama"
+    lookup = invoke(runner, ["cache-lookup", str(model), "--snapshot", str(snapshot)], 80)
+    header = next(line for line in lookup.splitlines() if line.startswith("bs "))
+    assert "neuronx-cc" in header and "optimum-neuron" in header
+    assert "not shown at 80 columns:" in lookup or "on every row:" in lookup
+    listed = invoke(runner, ["profiles", "list"], 80)
+    assert "backend" in listed.splitlines()[0] and "transformers-neuronx" in listed
+    assert "not shown at 80 columns: description" in listed

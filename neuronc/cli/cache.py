@@ -181,8 +181,10 @@ def _lookup_model(model: str, source: RegistrySource, filters: Filters, task: st
         keep = [i for i, name in enumerate(columns) if name not in ("model", "notes") or any(r[i] for r in rows)]
         columns = [columns[i] for i in keep]
         rows = [[r[i] for i in keep] for r in rows]
-        # On a narrow terminal the versions and the model id give way before the shapes.
-        optional = ["notes", "model", "revision", "optimum-neuron", "neuronx-cc"]
+        # On a narrow terminal, what tells rows apart stays: notes, the model id (when it varies) and the
+        # revision give way first; the compiler and optimum-neuron versions last (columns with one value
+        # on every row go before any of these, said once below the table).
+        optional = ["neuronx-cc", "optimum-neuron", "revision", "model", "notes"]
         out.table(columns, rows, title=f"Cached configurations for {shown} ({len(rows)})", optional=optional)
         if result.other_tasks:
             others = ", ".join(f"{n} for {t}" for t, n in sorted(result.other_tasks.items()))

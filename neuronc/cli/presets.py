@@ -36,11 +36,12 @@ def list_command(json_out: JsonOpt = False) -> None:
     data = {"profiles": [p.to_json() for p in profiles]}
 
     def render() -> None:
-        # Backend and target give way first on a narrow terminal (names never break; see out.table).
+        # The description gives way first on a narrow terminal (names never break; see out.table):
+        # `neuronc profiles show NAME` prints it, the backend and target tell profiles apart.
         out.table(
-            ["name", "description", "backend", "target"],
-            [[p.name, p.description, p.backend, p.target] for p in profiles],
-            optional=["target", "backend"],
+            ["name", "backend", "target", "description"],
+            [[p.name, p.backend, p.target, p.description] for p in profiles],
+            optional=["target", "backend", "description"],
         )
 
     out.result(data, render)

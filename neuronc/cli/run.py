@@ -38,7 +38,11 @@ def run_command(
     from neuronc.runtime import load
 
     out.configure(json_mode=json_out)
-    runner = load(bundle)
+    # Loading binds the weights and warms every graph up: seconds, so it says so while it works.
+    with out.progress() as sink:
+        loading = sink.task(f"load {bundle}")
+        runner = load(bundle)
+        loading.done()
     stream = None if json_out else _write_stdout
     result = runner.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stream=stream)
     data: dict[str, Any] = {"bundle": str(bundle), "prompt": prompt, **result.to_json()}

@@ -25,10 +25,22 @@ KeyArg = Annotated[
 AllOpt = Annotated[bool, typer.Option("--all", help="Act on every bundle the key matches.")]
 
 
-def _open(store: str | None) -> BundleStore:
-    from neuronc.store import open_store
+def _open(store: str | None, *, existing: bool = True) -> BundleStore:
+    """The store named by --store or NEURONC_STORE (else the default). With ``existing``, a local store
+    someone named must exist: a mistyped path is exit 2, not an empty listing (the default store
+    may not exist yet: nothing has been compiled into it)."""
+    import os
 
-    return open_store(store)
+    from neuronc.errors import InvalidInputError
+    from neuronc.store import STORE_ENV, LocalStore, open_store
+
+    opened = open_store(store)
+    named = bool(store) or bool(os.environ.get(STORE_ENV))
+    if existing and named and isinstance(opened, LocalStore) and not opened.root.is_dir():
+        what = "--store" if store else STORE_ENV
+        msg = f"store {opened.root} does not exist ({what})"
+        raise InvalidInputError(msg, hint="check the path; a store directory is made by the first compile into it")
+    return opened
 
 
 def _size(n: int | None) -> str:
@@ -183,7 +195,7 @@ def publish_command(
 ) -> None:
     """Copy a bundle into the store after checking every file (exit 4 if it is damaged)."""
     out.configure(json_mode=json_out)
-    s = _open(store)
+    s = _open(store, existing=False)  # publishing makes the store
     published = s.publish(bundle)
 
     def render() -> None:

@@ -210,5 +210,17 @@ def _keep_logs(exc: CompileError, staging: Path, ctx: BuildContext) -> None:
         if tail and not any(line in exc.details for line in tail[-3:]):
             exc.details.append(f"last lines of {log_path}:")
             exc.details.extend(f"  {line}" for line in tail)
-    if kept is not None and exc.hint is None:
-        exc.hint = f"compiler logs kept in {kept}"
+    if kept is not None:
+        # The backend named files in the staging directory, which is removed now: name the kept copies.
+        exc.message = _moved(exc.message, logs, kept)
+        exc.details = [_moved(line, logs, kept) for line in exc.details]
+        exc.hint = _moved(exc.hint, logs, kept) if exc.hint else None
+        where = f"compiler logs kept in {kept}"
+        exc.hint = where if exc.hint is None else (exc.hint if str(kept) in exc.hint else f"{exc.hint}; {where}")
+
+
+def _moved(text: str, logs: Path, kept: Path) -> str:
+    """``text`` with paths under the staging ``logs`` directory turned into their kept copies."""
+    for form in dict.fromkeys((str(logs), str(logs.resolve()))):
+        text = text.replace(form, str(kept))
+    return text

@@ -55,7 +55,8 @@ class PipelineBackend(FakeBackend):
             if options.get("fail"):
                 log.write_text(log.read_text() + "ERROR: fake-cc: unsupported operator 'aten::frobnicate'\n")
                 msg = f"fake-cc failed on graph {graph.name}"
-                raise CompileError(msg, log_path=str(log))
+                # As the real backends do: the hint names the log in the bundle's staging directory.
+                raise CompileError(msg, log_path=str(log), hint=f"full compiler output: {log}")
             if options.get("crash"):
                 msg = "segfault-ish failure inside the compiler"
                 raise RuntimeError(msg)

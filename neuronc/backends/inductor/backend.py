@@ -113,9 +113,23 @@ class InductorBackend(BackendBase):
         return f"the inductor backend runs tp_degree 1 only; use one of {', '.join(others)} for tensor parallelism"
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
+        """What compile would refuse, found at validate time (no torch imported)."""
+        from neuronc.backends.inductor.options import inductor_config_problems
+        from neuronc.model.files import find_model_config
+
         if spec.tp_degree != 1:
             return [SpecProblem(("tp_degree",), f"the inductor backend runs tp_degree 1 only, got {spec.tp_degree}")]
-        return ()
+        problems: list[SpecProblem] = []
+        base = Path(spec.profile_path).parent if spec.profile_path else None
+        model_type = (find_model_config(spec.model.id, spec.model.revision, base) or {}).get("model_type")
+        if isinstance(model_type, str) and model_type not in SUPPORTED_MODEL_TYPES:
+            supported = ", ".join(SUPPORTED_MODEL_TYPES)
+            message = f"model_type '{model_type}' is not supported by the inductor backend (supported: {supported})"
+            problems.append(SpecProblem(("model", "id"), message))
+        config = spec.options.get("inductor_config") or {}
+        for key, message in inductor_config_problems(config):
+            problems.append(SpecProblem(("options", "inductor_config", key), message))
+        return problems
 
     def toolchain_versions(self) -> dict[str, str | None]:
         versions = super().toolchain_versions()
