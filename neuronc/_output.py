@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import NeuroncError
+from neuronc.errors import NeuroncError, controls_escaped, json_controls_escaped
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
 
 if TYPE_CHECKING:
@@ -35,13 +34,7 @@ def to_json_text(data: Any) -> str:
         text.encode("utf-8")
     except UnicodeEncodeError:
         text = json.dumps(data, indent=2, default=_json_default, ensure_ascii=True) + "\n"
-    # JSON escapes only U+0000-U+001F; DEL and the C1 controls (U+0080-U+009F, a terminal's CSI among
-    # them) are escaped too, so a document printed to a terminal cannot drive it. Outside strings
-    # JSON has no such characters, so this changes no value.
-    return _C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-_C1 = re.compile("[\x7f-\x9f]")
+    return json_controls_escaped(text)
 
 
 def _json_default(value: Any) -> Any:
@@ -366,17 +359,9 @@ def _amount_column() -> Any:
 
 
 def _escape(text: str) -> str:
-    """Plain text for a Rich print: no markup, and no terminal control sequences (ESC, CR, BEL...).
+    from rich.markup import escape  # and no control characters: messages quote values from files
 
-    Messages quote values from files (a manifest, a bundle path); a control character among them
-    would reach the terminal as a command. Line feeds and tabs stay.
-    """
-    from rich.markup import escape
-
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+    return escape(controls_escaped(text))
 
 
 class _RichTask:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -229,6 +230,28 @@ def short_reason(exc: BaseException, limit: int = 200) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+# What a terminal acts on: C0 controls but line feed and tab, DEL, and the C1 controls (U+0080-U+009F,
+# CSI among them).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_JSON_CONTROLS = re.compile("[\x7f-\x9f]")
+
+
+def controls_escaped(text: str) -> str:
+    """``text`` with every control character a terminal acts on written ``\\xNN`` (line feeds and tabs stay).
+
+    Messages quote values from files (a manifest, a bundle path): a control character among them
+    would reach the terminal as a command.
+    """
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def json_controls_escaped(text: str) -> str:
+    """JSON text with DEL and the C1 controls escaped (``\\u009b``), as JSON escapes only U+0000-U+001F:
+    a document printed to a terminal cannot drive it. JSON has no such characters outside strings,
+    so no value changes."""
+    return _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def safe_text(value: object, limit: int = 200) -> str:
