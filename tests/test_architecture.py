@@ -63,7 +63,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo"}),
     frozenset({"ci"}),
-    frozenset({"_output"}),
+    frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

@@ -225,7 +225,9 @@ def test_wide_prints_the_full_table_even_on_a_narrow_terminal(monkeypatch: pytes
 
 def test_what_a_narrow_table_leaves_out_is_said_and_constant_columns_go_first(monkeypatch: pytest.MonkeyPatch) -> None:
     columns = ["key", "model", "neuronx-cc", "notes"]
-    rows = [[f"k{i}", "meta-llama/Meta-Llama-3.1-8B-Instruct", f"2.21.{i}", f"annotation-number-{i} " * 2] for i in range(3)]
+    rows = [
+        [f"k{i}", "meta-llama/Meta-Llama-3.1-8B-Instruct", f"2.21.{i}", f"annotation-number-{i} " * 2] for i in range(3)
+    ]
     rendered = render(columns, rows, 36, monkeypatch, optional=["neuronx-cc", "notes"])
     header = rendered.splitlines()[0]
     text = " ".join(rendered.split())  # the lines below the table wrap at spaces
