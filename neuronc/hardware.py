@@ -7,13 +7,21 @@ imports nothing else from neuronc.
 
 Sources:
 - NeuronCores and HBM per device: AWS Neuron docs, about-neuron/arch/neuron-hardware/
-  (inferentia2.rst, trainium.rst, trainium2.rst) in aws-neuron/aws-neuron-sdk.
+  (inferentia2.rst, trainium.rst, trainium2.rst, trainium3.rst) in aws-neuron/aws-neuron-sdk. Trn3: 8
+  NeuronCore-v4 per chip and 144 GiB of HBM (trainium3.rst at the SDK's HEAD, 2026-08).
 - tp degrees: libraries/nxd-inference/api-guides/api-guide.rst (``tp_degree``) in the same
   repository; the trn2 list is given at LNC=2. At LNC=1 trn2 shows its 8 physical cores per device:
   neuronc allows the LNC=2 powers of two extended to 128 (not documented upstream).
 - LNC: trn2 defaults to 2 and accepts 1 (NEURON_LOGICAL_NC_CONFIG, ``logical_nc_config`` in NxD
-  Inference); inf2 and trn1 have no logical cores (LNC is 1).
-- Instance types: AWS's published instance specifications.
+  Inference); inf2 and trn1 have no logical cores (LNC is 1). LNC "applies only to Trn2 and Trn3"
+  (about-neuron/arch/neuron-features/logical-neuroncore-config.rst); Trn3's default is not stated
+  there: neuronc takes 2, as the vllm-neuron plugin's LNC-aware kernels treat an unset value.
+- tp degrees on trn3: not documented upstream; neuronc allows trn2's lists (powers of two to 64 at
+  LNC 2, to 128 at LNC 1).
+- Instance types: AWS's published instance specifications. No Trn3 instance size is named in any
+  source neuronc's authors read (only the UltraServer family "Trn3pds", deploy/eks/
+  ultraserver-operator.rst), so trn3 has no entry: deploy places a trn3 bundle on the devices its
+  tp degree needs and takes ``--instance-type`` only for the families listed here.
 """
 
 from __future__ import annotations
@@ -57,6 +65,14 @@ CHIPS: Mapping[str, Chip] = {
         2,
         {2: frozenset({1, 2, 4, 8, 16, 32, 64}), 1: frozenset({1, 2, 4, 8, 16, 32, 64, 128})},
     ),
+    "trn3": Chip(
+        "trn3",
+        8,
+        144 * GIB,
+        (1, 2),
+        2,
+        {2: frozenset({1, 2, 4, 8, 16, 32, 64}), 1: frozenset({1, 2, 4, 8, 16, 32, 64, 128})},
+    ),
 }
 
 
@@ -67,7 +83,7 @@ def chip(target: str) -> Chip | None:
 
 def lnc(target: str, options: Mapping[str, Any] | None = None) -> int:
     """The logical NeuronCore size a build compiles for: the ``logical_nc_config`` option, else the
-    target's default (2 on trn2, 1 elsewhere, as NxD Inference decides)."""
+    target's default (2 on trn2 and trn3, 1 elsewhere, as NxD Inference decides)."""
     value = (options or {}).get(LNC_OPTION)
     if value is not None:
         return int(value)
@@ -140,10 +156,11 @@ def choose_runner(
 ) -> str:
     """The smallest instance of the target's family with tp NeuronCores and (when known) the host RAM.
 
-    ``cpu`` for the CPU target. When no instance has the RAM, the largest one with enough cores.
+    ``cpu`` for the CPU target; the target's own name for a Neuron target without a listed instance
+    size (trn3). When no instance has the RAM, the largest one with enough cores.
     """
     if target not in {i.target for i in INSTANCE_TYPES}:
-        return CPU_RUNNER
+        return target if target in CHIPS else CPU_RUNNER
     family = sorted(
         (i for i in INSTANCE_TYPES if i.target == target and i.cores_at(options) >= tp_degree),
         key=lambda i: (i.host_memory_gib, i.devices),
@@ -159,8 +176,18 @@ def choose_runner(
 
 
 def default_instance(target: str, tp_degree: int, options: Mapping[str, Any] | None = None) -> InstanceType | None:
-    """The instance a deployment of this build defaults to: the smallest with tp cores."""
+    """The instance a deployment of this build defaults to: the smallest with tp cores (None when
+    the target has no listed instance size)."""
     return instance_type(choose_runner(target, tp_degree, options=options))
+
+
+def devices_for(target: str, tp_degree: int, options: Mapping[str, Any] | None = None) -> int:
+    """How many devices of the target hold tp_degree NeuronCores at the build's LNC (1 without a device)."""
+    device = chip(target)
+    if device is None:
+        return 1
+    per_device = device.cores_per_device(lnc(target, options))
+    return max(1, -(-tp_degree // per_device))
 
 
 __all__ = [
@@ -174,6 +201,7 @@ __all__ = [
     "chip",
     "choose_runner",
     "default_instance",
+    "devices_for",
     "hbm_per_core",
     "instance_type",
     "lnc",

@@ -19,6 +19,7 @@ class Target(StrEnum):
     INF2 = "inf2"
     TRN1 = "trn1"
     TRN2 = "trn2"
+    TRN3 = "trn3"
     CPU = "cpu"
 
 
@@ -90,6 +91,9 @@ class BuildSpec(StrictModel):
     weights: WeightsMode
     compiler_flags: tuple[str, ...]
     options: dict[str, Any]
+    # Not part of the config hash: the Neuron SDK release the build asks for selects its toolchain,
+    # and the toolchain key covers the versions (docs/keys.md).
+    sdk: str | None = None
     # Not part of the config hash:
     name: str | None = None
     description: str | None = None

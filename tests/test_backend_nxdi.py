@@ -165,10 +165,10 @@ def test_unsupported_architectures_are_refused_at_validate_time(
     assert spec_for(workspace, extra="options: {model_class: 'pkg.mod:Mine'}\n").options["model_class"]
 
 
-def test_lnc_2_exists_on_trn2_only(workspace: Path) -> None:
+def test_lnc_2_exists_on_trn2_and_trn3_only(workspace: Path) -> None:
     with pytest.raises(ProfileError) as info:
         spec_for(workspace, extra="options: {logical_nc_config: 2}\n")
-    assert "options.logical_nc_config: LNC 2 exists on trn2 only, not inf2" in info.value.details[0]
+    assert "options.logical_nc_config: LNC 2 does not exist on inf2 (LNC 2 is trn2/trn3 only)" in info.value.details[0]
 
 
 def test_unavailable_without_the_sdk_and_compile_exits_5(workspace: Path) -> None:

@@ -26,6 +26,7 @@ _BUILTIN = {
     "optimum-neuron": "neuronc.backends.neuron.optimum_neuron:OptimumNeuronBackend",
     "transformers-neuronx": "neuronc.backends.neuron.transformers_neuronx:TransformersNeuronxBackend",
     "torch-neuronx": "neuronc.backends.neuron.torch_neuronx:TorchNeuronxBackend",
+    "vllm-neuron": "neuronc.backends.vllm_neuron.backend:VllmNeuronBackend",
 }
 
 

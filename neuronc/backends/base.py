@@ -21,6 +21,7 @@ from neuronc.progress import NULL_PROGRESS, ProgressSink
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from neuronc.backends.support import Resolution
     from neuronc.spec import BuildSpec, ServingStack
 
 ROLE_CONTEXT = "context_encoding"
@@ -143,6 +144,8 @@ class Backend(Protocol):
     amp: ClassVar[frozenset[str]]
     tasks: ClassVar[frozenset[str]]
     weights_modes: ClassVar[frozenset[str]]
+    # The weights mode of a profile that does not say (one of weights_modes).
+    default_weights: ClassVar[str]
     requires_tp_divides_heads: ClassVar[bool]
     # Whether compile reads neuronc's rank shards (weights/); when not, the pipeline does not write them.
     consumes_rank_shards: ClassVar[bool]
@@ -169,9 +172,15 @@ class Backend(Protocol):
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]: ...
 
+    def support_problems(self, target: str, sdk: str | None) -> Sequence[SpecProblem]: ...
+
+    def release_for(self, spec: BuildSpec) -> Resolution | None: ...
+
     def availability(self) -> Availability: ...
 
     def toolchain_versions(self) -> dict[str, str | None]: ...
+
+    def build_versions(self, spec: BuildSpec, availability: Availability) -> dict[str, str | None]: ...
 
     def plan(self, spec: BuildSpec) -> CompilePlan: ...
 
@@ -231,6 +240,7 @@ class BackendBase:
     amp: ClassVar[frozenset[str]] = frozenset({"fp32", "fp16", "bf16"})
     tasks: ClassVar[frozenset[str]] = LLM_TASKS
     weights_modes: ClassVar[frozenset[str]] = frozenset({"presharded", "on-load", "reference"})
+    default_weights: ClassVar[str] = "presharded"
     requires_tp_divides_heads: ClassVar[bool] = True
     consumes_rank_shards: ClassVar[bool] = True
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
@@ -266,6 +276,18 @@ class BackendBase:
         """
         return ()
 
+    def support_problems(self, target: str, sdk: str | None) -> Sequence[SpecProblem]:
+        """Why no Neuron SDK release supports this backend on ``target`` (the profile's ``sdk:``, else
+        the installed toolchain's release); the Neuron backends read neuronc.backends.support. A
+        backend outside the Neuron SDK takes no ``sdk:``."""
+        if sdk is None:
+            return ()
+        return (SpecProblem(("sdk",), f"the {self.name} backend is not part of the Neuron SDK; remove sdk"),)
+
+    def release_for(self, spec: BuildSpec) -> Resolution | None:
+        """The Neuron SDK release a build is judged against (None for a backend outside the SDK)."""
+        return None
+
     def spec_problems(self, spec: BuildSpec) -> list[SpecProblem]:
         """Everything the profile loader would say about this backend's part of ``spec``."""
         problems: list[SpecProblem] = []
@@ -279,6 +301,7 @@ class BackendBase:
                 return [SpecProblem(("options", *e["loc"]), e["msg"]) for e in exc.errors()]
         if spec.compiler_flags and self.compiler_flags_mode is CompilerFlagsMode.NONE:
             problems.append(SpecProblem(("compiler", "flags"), self.compiler_flags_problem()))
+        problems += self.support_problems(spec.target, spec.sdk)
         problems += self.check_spec(spec)
         return problems
 
@@ -310,6 +333,10 @@ class BackendBase:
     def missing_reason(self, package: str, version: str | None) -> str | None:
         """Why a required package does not count as installed (None when it does)."""
         return package if version is None else None
+
+    def build_versions(self, spec: BuildSpec, availability: Availability) -> dict[str, str | None]:
+        """The toolchain one build compiles with (its toolchain key): by default what is installed here."""
+        return dict(availability.versions or self.toolchain_versions())
 
     def toolchain_versions(self) -> dict[str, str | None]:
         from neuronc import __version__

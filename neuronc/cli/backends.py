@@ -1,4 +1,5 @@
-"""`neuronc backends`: every registered backend, whether it runs here, and how to install it."""
+"""`neuronc backends`: every registered backend, whether it runs here, how to install it, and which
+Neuron SDK releases support it on which target (the support matrix, neuronc.backends.support)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from neuronc.cli._options import JsonOpt, WideOpt
 def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """List backends: available or not, versions, and the install hint when not."""
     from neuronc.backends import backend_names, entry_point_value, get_backend
+    from neuronc.backends.support import detect_release, span, supporting
 
     out.configure(json_mode=json_out, wide=wide)
     rows = []
     for name in backend_names():
         backend = get_backend(name)
         availability = backend.availability()
+        releases = {t: span(name, t) for t in sorted(backend.targets) if supporting(name, t)}
+        installed = detect_release(availability.versions) if releases else None
         rows.append(
             {
                 "name": name,
@@ -28,6 +32,8 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
                 "versions": availability.versions,
                 "reason": availability.reason,
                 "install_hint": availability.install_hint,
+                "sdk_releases": releases,
+                "installed_sdk": installed.version if installed is not None else None,
             }
         )
 
@@ -38,8 +44,13 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
             assert isinstance(versions, dict)
             shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "neuronc")
             status = "available" if row["available"] else f"unavailable: {row['reason']}"
-            table_rows.append([row["name"], ", ".join(row["targets"]), status, shown])  # type: ignore[arg-type]
-        out.table(["backend", "targets", "status", "versions"], table_rows)
+            releases = row["sdk_releases"]
+            assert isinstance(releases, dict)
+            sdk = "; ".join(f"{t} {r}" for t, r in releases.items()) or "-"
+            if row["installed_sdk"]:
+                sdk += f" (installed: {row['installed_sdk']})"
+            table_rows.append([row["name"], ", ".join(row["targets"]), sdk, status, shown])  # type: ignore[arg-type]
+        out.table(["backend", "targets", "Neuron SDK releases", "status", "versions"], table_rows)
         for row in rows:
             if not row["available"] and row["install_hint"]:
                 out.print(f"{row['name']}: {row['install_hint']}")

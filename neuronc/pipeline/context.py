@@ -107,7 +107,7 @@ def resolve_build(
     if strict and not availability.available:
         msg = f"backend '{spec.backend}' cannot compile on this machine: {availability.reason}"
         raise BackendUnavailableError(msg, hint=availability.install_hint)
-    versions = dict(availability.versions or backend.toolchain_versions())
+    versions = backend.build_versions(spec, availability)
     model_dir = spec_model_dir(spec)
     revision: str | None = None
     unresolved: CheckpointError | None = None

@@ -121,11 +121,16 @@ def check_backend_fields(view: LenientView, backend: Backend, problem: Problem) 
     target = view.get(("target",), str)
     amp = view.get(("amp",), str)
     task = view.get(("model", "task"), str, default="text-generation")
-    weights = view.get(("weights",), str, default="presharded")
+    weights = view.get(("weights",), str, default=backend.default_weights)
     tp = view.get(("tp_degree",), int)
     options = view.get(("options",), dict, default={}) or {}
-    if target is not None and target in TARGETS and target not in backend.targets:
-        problem(("target",), _target_problem(target, backend))
+    if target is not None and target in TARGETS:
+        # The support matrix (Neuron backends) names the last release that supported the pair.
+        found = list(backend.support_problems(target, view.get(("sdk",), str)))
+        if target not in backend.targets and not found:
+            problem(("target",), _target_problem(target, backend))
+        for each in found:
+            problem(each.path, each.message)
     for path, value, universe, supported in (
         (("amp",), amp, AMP_TO_DTYPE, backend.amp),
         (("model", "task"), task, TASKS, backend.tasks),

@@ -16,7 +16,7 @@ from neuronc.profile._checks import LenientView, check_backend_fields, check_mod
 from neuronc.profile._matrix import apply_combo, check_matrix_shape, matrix_combinations
 from neuronc.profile._schema import ProfileModel, is_union_branch, pydantic_message, raw_at
 from neuronc.profile._yaml import TooLarge, YamlTree, format_path
-from neuronc.spec import Amp, BuildSpec, ResolvedSequence
+from neuronc.spec import Amp, BuildSpec, ResolvedSequence, WeightsMode
 
 MAX_PROFILE_BYTES = 256 * 1024
 SCHEMA_HINT = "see docs/profiles.md, or run `neuronc schema` for the JSON Schema your editor can check against"
@@ -193,9 +193,10 @@ def _build_one(
             context_buckets=context_buckets,
             token_buckets=token_buckets,
         ),
-        weights=model.weights,
+        weights=WeightsMode(model.weights or backend.default_weights),
         compiler_flags=tuple(model.compiler.flags),
         options=model.options,
+        sdk=model.sdk,
         name=model.name,
         description=model.description,
         profile_path=filename,

@@ -32,11 +32,22 @@ class ProfileModel(StrictModel):
     model: ModelSection
     backend: str = Field(description="Backend name, see `neuronc backends`")
     target: Literal[TARGETS]  # type: ignore[valid-type]
+    sdk: str | None = Field(
+        default=None,
+        pattern=r"^2\.[0-9]{1,3}(\.[0-9]{1,3})?$",
+        description=(
+            "Neuron SDK release to build with ('2.31' = its newest patch, or '2.31.1'); default: the installed "
+            "toolchain's release, else the newest release that supports the backend on the target. Not hashed: "
+            "it selects the toolchain, which the toolchain key covers"
+        ),
+    )
     tp_degree: PositiveInt = 1
     batch_size: PositiveInt = 1
     amp: Literal["fp32", "fp16", "bf16"] | None = Field(default=None, description="default: bf16 (fp32 on cpu)")
     sequence: SequenceSection
-    weights: Literal[WEIGHT_MODES] = "presharded"  # type: ignore[valid-type]
+    weights: Literal[WEIGHT_MODES] | None = Field(  # type: ignore[valid-type]
+        default=None, description="presharded | on-load | reference; default: the backend's (presharded for most)"
+    )
     compiler: CompilerSection = Field(default_factory=CompilerSection)
     options: dict[str, Any] = Field(default_factory=dict, description="Backend-specific options")
     matrix: dict[str, list[Any]] = Field(default_factory=dict, description="Lists that expand into builds")

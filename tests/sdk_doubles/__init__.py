@@ -45,6 +45,8 @@ TOP_LEVEL = (
     "neuronx_distributed_inference",
     "transformers_neuronx",
     "optimum",
+    "vllm",
+    "vllm_neuron",
 )
 
 FAIL_ENV = "NEURONC_SDK_DOUBLE_FAIL"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +136,107 @@ def bundle_with_extra(directory: Path, spec: BuildSpec, extra: dict[str, Any]) -
     with BundleWriter(directory) as writer:
         writer.write_bytes("artifacts/model.pt", b"compiled")
         return writer.finish(BuildRecord.for_build(spec, key, {}, extra=extra))
+
+
+# -- vllm-neuron: the plugin on this host, or the release's DLC image in a stand-in container runtime ---
+
+
+def release_packages(version: str) -> dict[str, str]:
+    """The distributions a host with Neuron SDK ``version``'s vllm-neuron would have (the support matrix)."""
+    from neuronc.backends.support import Serves, find_release
+
+    release = find_release(version)
+    assert release is not None, version
+    image = release.images_serving(Serves.VLLM_NEURON)
+    packages = dict(image[0].packages) if image else {n: v[0] for n, v in release.packages.items()}
+    packages.pop("torch", None)  # the real torch of this environment stays
+    return packages
+
+
+@pytest.fixture
+def vllm_neuron_host(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str], Path]]:
+    """``install(version)``: the vllm/vllm_neuron doubles on this host at Neuron SDK ``version``'s versions.
+
+    No container runtime is on PATH meanwhile (this machine has a docker client without an engine).
+    """
+    no_runtime = [
+        p
+        for p in os.environ.get("PATH", "").split(os.pathsep)
+        if p and not (Path(p) / "docker").exists() and not (Path(p) / "podman").exists()
+    ]
+    monkeypatch.setenv("PATH", os.pathsep.join(no_runtime))
+    monkeypatch.delenv("NEURONC_CONTAINER_RUNTIME", raising=False)
+    monkeypatch.setenv("NEURONC_VLLM_NEURON_RUNNER", "auto")
+
+    def install(version: str) -> Path:
+        dist_dir = write_dist_info(tmp_path_factory.mktemp(f"vllm-neuron-{version}"), release_packages(version))
+        monkeypatch.syspath_prepend(str(dist_dir))
+        monkeypatch.syspath_prepend(str(SITE))
+        monkeypatch.setenv("PYTHONPATH", subprocess_env(dist_dir)["PYTHONPATH"])
+        forget_doubles()
+        return dist_dir
+
+    yield install
+    forget_doubles()
+
+
+@dataclass
+class FakeRuntime:
+    """The stand-in docker CLI (tests/sdk_doubles/container_runtime.py) and its state."""
+
+    state_file: Path
+    bin_dir: Path
+
+    def state(self) -> dict[str, Any]:
+        return json.loads(self.state_file.read_text(encoding="utf-8"))
+
+    def write(self, state: dict[str, Any]) -> None:
+        self.state_file.write_text(json.dumps(state, indent=1), encoding="utf-8")
+
+    def add_image(self, reference: str, packages: dict[str, str], *, local: bool = True) -> str:
+        """Put an image in the local store (or only in the registry); returns its digest."""
+        content = reference.encode() + json.dumps(packages, sort_keys=True).encode()
+        digest = "sha256:" + hashlib.sha256(content).hexdigest()
+        state = self.state()
+        state["registry"][reference] = {"digest": digest, "packages": packages}
+        if local:
+            state["images"][reference] = {"digest": digest, "packages": packages}
+        self.write(state)
+        return digest
+
+    def add_release_images(self, *, local: bool = True) -> None:
+        """Every vllm-neuron DLC image of the support matrix, shipping exactly what the matrix records."""
+        from neuronc.backends.support import Serves, releases
+
+        for release in releases():
+            for image in release.images_serving(Serves.VLLM_NEURON):
+                self.add_image(image.reference, dict(image.packages), local=local)
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [c for c in self.state().get("calls", []) if "run" in c]
+
+
+@pytest.fixture
+def fake_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRuntime]:
+    """A ``docker`` on PATH that is the stand-in runtime; no vllm-neuron installed on this host."""
+    root = tmp_path_factory.mktemp("fake-runtime")
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    script = Path(__file__).resolve().parent / "container_runtime.py"
+    docker = bin_dir / "docker"
+    docker.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n', encoding="utf-8")
+    docker.chmod(0o755)
+    state = root / "state.json"
+    state.write_text(json.dumps({"images": {}, "registry": {}, "calls": []}), encoding="utf-8")
+    kept = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "docker").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *kept]))
+    monkeypatch.setenv("NEURONC_FAKE_RUNTIME_STATE", str(state))
+    monkeypatch.delenv("NEURONC_CONTAINER_RUNTIME", raising=False)
+    monkeypatch.delenv("NEURONC_VLLM_NEURON_IMAGE", raising=False)
+    monkeypatch.delenv("NEURONC_PULL_IMAGES", raising=False)
+    monkeypatch.setenv("NEURONC_VLLM_NEURON_RUNNER", "auto")
+    forget_doubles()
+    yield FakeRuntime(state, bin_dir)
+    forget_doubles()

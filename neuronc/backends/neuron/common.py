@@ -20,16 +20,20 @@ from neuronc.backends.base import (
 )
 from neuronc.backends.neuron.env import IMPORT_NAMES, PYPI_PLACEHOLDERS, build_env
 from neuronc.backends.neuron.isolated import run_isolated
+from neuronc.backends.support import Resolution, backend_targets, detect_release, matching, resolve
 from neuronc.bundle import BUNDLE_PLACEHOLDER
-from neuronc.errors import BackendUnavailableError
-from neuronc.hardware import tp_degrees
+from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
+from neuronc.hardware import chip, tp_degrees
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from neuronc.spec import BuildSpec
 
 __all__ = [
     "BUNDLE_PLACEHOLDER",
     "NeuronBackend",
+    "backend_targets",
     "managed_problems",
     "recorded_env",
     "user_neuron_config",
@@ -74,7 +78,11 @@ def managed_problems(spec: BuildSpec, section: str, managed: Mapping[str, str]) 
 
 
 class NeuronBackend(BackendBase):
-    """A backend whose compile calls the Neuron SDK in an isolated child process."""
+    """A backend whose compile calls the Neuron SDK in an isolated child process.
+
+    Which targets it compiles for in which Neuron SDK release is the support matrix's
+    (neuronc.backends.support): a subclass sets ``targets = backend_targets(name)``.
+    """
 
     # Neuron backends shard (or not) in their own format; neuronc's rank shards in weights/ are not
     # read by any of them, so the pipeline need not write them.
@@ -84,6 +92,33 @@ class NeuronBackend(BackendBase):
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         """What the Neuron runtime supports on the target at the build's LNC (neuronc.hardware)."""
         return tp_degrees(target, options)
+
+    def resolve_release(self, target: str, sdk: str | None) -> Resolution:
+        """The release a build is judged against: ``sdk:``, else the installed toolchain's, else the newest."""
+        return resolve(self.name, target, sdk, self.toolchain_versions())
+
+    def support_problems(self, target: str, sdk: str | None) -> Sequence[SpecProblem]:
+        if chip(target) is None:
+            return ()  # not a Neuron target (cpu): the profile's target check names the backend it needs
+        resolution = self.resolve_release(target, sdk)
+        if resolution.problem is None:
+            return ()
+        return (SpecProblem(("sdk",) if sdk is not None else ("target",), resolution.problem),)
+
+    def release_for(self, spec: BuildSpec) -> Resolution:
+        return self.resolve_release(spec.target, spec.sdk)
+
+    def check_toolchain_release(self, spec: BuildSpec) -> None:
+        """EnvironmentIncompatibleError (exit 5) when the profile's ``sdk:`` is not the installed release."""
+        if spec.sdk is None:
+            return
+        installed = detect_release(self.toolchain_versions())
+        if installed is not None and installed in matching(spec.sdk):
+            return
+        have = f"SDK {installed.version}" if installed is not None else "no release neuronc knows"
+        msg = f"{spec.label}: the profile asks for Neuron SDK {spec.sdk}; the toolchain installed here is {have}"
+        hint = f"compile where SDK {spec.sdk} is installed (a Neuron DLAMI or DLC), or change sdk:"
+        raise EnvironmentIncompatibleError(msg, hint=hint)
 
     def missing_reason(self, package: str, version: str | None) -> str | None:
         # The Neuron SDK's PyPI names are placeholders that install but cannot run.
@@ -103,6 +138,7 @@ class NeuronBackend(BackendBase):
             msg = f"backend '{self.name}' cannot compile here: {availability.reason}"
             raise BackendUnavailableError(msg, hint=availability.install_hint)
         self.ensure_valid(job.spec)
+        self.check_toolchain_release(job.spec)
         return run_isolated(self, job)
 
     def compile_env(self, job: CompileJob) -> dict[str, str]:

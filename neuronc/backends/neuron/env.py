@@ -30,6 +30,10 @@ IMPORT_NAMES: dict[str, str] = {
     "neuronx-distributed-inference": "neuronx_distributed_inference",
     "transformers-neuronx": "transformers_neuronx",
     "optimum-neuron": "optimum.neuron",
+    "vllm-neuron": "vllm_neuron",
+    "libtorch-neuronx-lite": "libtorch_neuronx_lite",
+    "nki": "nki",
+    "vllm": "vllm",
     "torch": "torch",
     "transformers": "transformers",
 }
@@ -44,13 +48,18 @@ PYPI_PLACEHOLDERS: dict[str, frozenset[str]] = {
     "neuronx-distributed": frozenset({"0.1"}),
     "neuronx-distributed-inference": frozenset({"0.1.0"}),
     "transformers-neuronx": frozenset({"0.1"}),
+    # `pip index versions`: vllm-neuron 0.1.0 (five files, no plugin) and libtorch-neuronx-lite 0.0.1.
+    "vllm-neuron": frozenset({"0.1.0"}),
+    "libtorch-neuronx-lite": frozenset({"0.0.1"}),
 }
 
 NEURON_EXTRA_INDEX = "https://pip.repos.neuron.amazonaws.com"
 
 # neuronx-cc's compile target for each profile target: inf2 and trn1 share the NeuronCore-v2
-# architecture (huggingface/optimum-neuron optimum/neuron/utils/instance.py INSTANCE_VALUE_MAP).
-PLATFORM_TARGET: dict[str, str] = {"inf2": "trn1", "trn1": "trn1", "trn1n": "trn1", "trn2": "trn2"}
+# architecture (huggingface/optimum-neuron optimum/neuron/utils/instance.py INSTANCE_VALUE_MAP); trn3
+# is its own (NEURON_PLATFORM_TARGET_OVERRIDE=trn3 in vllm-neuron docs/design/compilation/
+# cpu_compilation.md, aws-neuron/aws-neuron-sdk).
+PLATFORM_TARGET: dict[str, str] = {"inf2": "trn1", "trn1": "trn1", "trn1n": "trn1", "trn2": "trn2", "trn3": "trn3"}
 
 # libneuronxla's default persistent cache (aws-neuron/aws-neuron-sdk
 # about-neuron/arch/neuron-features/neuron-caching.rst).
@@ -70,7 +79,7 @@ def neuron_device_present(proc_devices: Path = Path("/proc/devices"), dev: Path 
 
 
 def host_platform(product_name: Path = PRODUCT_NAME, *, device_present: bool | None = None) -> str | None:
-    """The compile platform of this host's Neuron devices ("trn1" for inf2/trn1, "trn2"), or None.
+    """The compile platform of this host's Neuron devices ("trn1" for inf2/trn1, "trn2", "trn3"), or None.
 
     None without a Neuron device, or when the instance type cannot be read or is not a Neuron one.
     """

@@ -41,6 +41,7 @@ from neuronc.backends.base import (
 from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
     NeuronBackend,
+    backend_targets,
     managed_problems,
     recorded_env,
     user_neuron_config,
@@ -59,6 +60,7 @@ from neuronc.backends.neuron.files import (
 from neuronc.backends.neuron.nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
 from neuronc.backends.neuron.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.hardware import chip
 from neuronc.hfcompat import legacy_rope_fields
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack, StrictModel
@@ -123,7 +125,7 @@ class NxdiOptions(StrictModel):
     """``options:`` of the nxdi backend."""
 
     logical_nc_config: Literal[1, 2] | None = Field(
-        default=None, description="logical NeuronCore size (default 2 on trn2, else 1)"
+        default=None, description="logical NeuronCore size (default 2 on trn2 and trn3, else 1)"
     )
     model_class: str | None = Field(
         default=None, description="'module:Class' to use instead of the model_type's Neuron<Arch>ForCausalLM"
@@ -191,6 +193,7 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
 
 class NxdiBackend(NeuronBackend):
     name: ClassVar[str] = "nxdi"
+    targets: ClassVar[frozenset[str]] = backend_targets(name)
     # NxD traces the whole model on the host before neuronx-cc runs: Llama-3.1-8B (16 GB bf16) is killed
     # during HLO generation on a 32 GB host, so 2× weights + base.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
@@ -236,10 +239,10 @@ class NxdiBackend(NeuronBackend):
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         options = NxdiOptions.model_validate(spec.options)
         problems = managed_problems(spec, "neuron_config", MANAGED)
-        if options.logical_nc_config == 2 and spec.target != "trn2":
-            problems.append(
-                SpecProblem(("options", "logical_nc_config"), f"LNC 2 exists on trn2 only, not {spec.target}")
-            )
+        device = chip(spec.target)
+        if options.logical_nc_config is not None and device and options.logical_nc_config not in device.lnc_sizes:
+            msg = f"LNC {options.logical_nc_config} does not exist on {spec.target} (LNC 2 is trn2/trn3 only)"
+            problems.append(SpecProblem(("options", "logical_nc_config"), msg))
         model_type = model_type_for_checks(spec)
         if options.model_class is None and model_type is not None:
             if model_type in UNSUPPORTED_MODEL_TYPES:

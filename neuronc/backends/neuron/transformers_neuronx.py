@@ -37,6 +37,7 @@ from neuronc.backends.base import GIB, CompileJob, CompilePlan, CompileResult, H
 from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
     NeuronBackend,
+    backend_targets,
     managed_problems,
     recorded_env,
     user_neuron_config,
@@ -226,6 +227,7 @@ def write_split_checkpoint(checkpoint_dir: Path, out_dir: Path, dtype: str) -> d
 
 class TransformersNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "transformers-neuronx"
+    targets: ClassVar[frozenset[str]] = backend_targets(name)
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )
@@ -235,7 +237,6 @@ class TransformersNeuronxBackend(NeuronBackend):
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV
     options_model: ClassVar[type[BaseModel] | None] = TnxOptions
     description: ClassVar[str] = "transformers-neuronx (deprecated by AWS): <Arch>ForSampling, to_neuron(), save()"
-    targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1"})
     # transformers-neuronx pads attention heads to the tp degree (the TorchServe Llama-2-13B
     # example runs 40 heads on tp 12), so it does not need tp to divide the head count.
     requires_tp_divides_heads: ClassVar[bool] = False

@@ -1,0 +1,285 @@
+"""Which Neuron SDK release supports which backend on which target: the support matrix, as data.
+
+The rows are in ``support_data.py`` (one ``Release`` per SDK release from 2.26.1, each citing its
+sources); this module holds their types and the questions everyone asks of them: which release a
+profile's ``sdk:`` names, which release the installed toolchain is, whether a backend compiles for
+a target in a release, and the last release that did. ``neuronc validate`` (through the backends'
+``support_problems``), ``plan``, ``backends``, ``verify --against-env`` and ``deploy`` read it;
+``scripts/gen_support_matrix.py`` writes the tables in docs/backends.md and docs/deploy.md from it.
+
+Nothing here imports anything but the standard library and ``packaging``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from packaging.version import InvalidVersion, Version
+
+
+class Status(StrEnum):
+    """How a release supports a backend on its targets."""
+
+    SUPPORTED = "supported"
+    BETA = "beta"
+    MAINTENANCE = "maintenance"  # critical fixes only
+    LAST = "last"  # the last release that ships the package (its end of support starts here)
+
+
+class Serves(StrEnum):
+    """What a Deep Learning Container image runs."""
+
+    NXDI = "nxdi"  # vLLM V1 + the vllm-neuron plugin's NxD Inference path (0.2.x-0.5.x)
+    VLLM_NEURON = "vllm-neuron"  # vLLM + the vllm-neuron plugin's torch.compile path (0.21+)
+    VLLM_V0 = "vllm-v0"  # AWS's vLLM V0 fork (SDK 2.26.x and earlier)
+    PYTORCH = "pytorch"  # pytorch-inference-neuronx: torch-neuronx, NxD, NxDI (no server)
+
+
+@dataclass(frozen=True)
+class Image:
+    """One Deep Learning Container image: what it serves and the exact versions it pins."""
+
+    repository: str
+    tag: str
+    serves: Serves
+    targets: tuple[str, ...]
+    # Distribution name -> the public version the image's Dockerfile pins (ARG lines).
+    packages: Mapping[str, str]
+    sources: tuple[str, ...]
+    vllm: str | None = None
+    plugin: str | None = None  # vllm-neuron
+    python: str | None = None
+    note: str = ""
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}:{self.tag}"
+
+
+@dataclass(frozen=True)
+class BackendSupport:
+    """A backend in one release: the targets it compiles for and how they are supported."""
+
+    targets: tuple[str, ...]
+    status: Status = Status.SUPPORTED
+    note: str = ""
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Neuron SDK release: component versions, backends per target, the images that ship it."""
+
+    version: str
+    date: str | None
+    # Distribution name -> public versions in the release, the one paired with the newest torch first.
+    packages: Mapping[str, tuple[str, ...]]
+    backends: Mapping[str, BackendSupport]
+    sources: tuple[str, ...]
+    images: tuple[Image, ...] = ()
+    note: str = ""
+    # False where no upstream release notes were found and the row is carried from its predecessor.
+    verified: bool = True
+
+    @property
+    def key(self) -> Version:
+        return Version(self.version)
+
+    def supports(self, backend: str, target: str) -> bool:
+        entry = self.backends.get(backend)
+        return entry is not None and target in entry.targets
+
+    def version_of(self, package: str) -> str | None:
+        versions = self.packages.get(package)
+        return versions[0] if versions else None
+
+    def images_serving(self, serves: Serves) -> tuple[Image, ...]:
+        return tuple(i for i in self.images if i.serves is serves)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The release a build is judged against, and how it was chosen."""
+
+    release: Release | None
+    how: str  # "profile" (sdk:), "installed" (detected from the toolchain), "newest" (default)
+    problem: str | None = None
+    requested: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "release": self.release.version if self.release else None,
+            "chosen_by": self.how,
+            "requested": self.requested,
+            "problem": self.problem,
+            "notes": list(self.notes),
+        }
+
+
+def public(version: str | None) -> str | None:
+    """The public part of a PEP 440 version (``2.21.33363.0+8212`` -> ``2.21.33363.0``), or None."""
+    if not version:
+        return None
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return None
+
+
+def _releases() -> tuple[Release, ...]:
+    from neuronc.backends.support_data import RELEASES
+
+    return RELEASES
+
+
+def releases() -> tuple[Release, ...]:
+    """Every release neuronc knows, oldest first."""
+    return _releases()
+
+
+def known_versions() -> str:
+    """``2.26.1 … 2.33.1``: the range of releases in the table, for messages."""
+    rows = _releases()
+    return f"{rows[0].version} … {rows[-1].version}"
+
+
+def find_release(version: str) -> Release | None:
+    return next((r for r in _releases() if r.version == version), None)
+
+
+def matching(sdk: str) -> list[Release]:
+    """The releases an ``sdk:`` value names: ``2.31`` is every 2.31.x, ``2.31.1`` exactly that one."""
+    parts = sdk.split(".")
+    return [r for r in _releases() if r.version.split(".")[: len(parts)] == parts]
+
+
+def backend_targets(backend: str) -> frozenset[str]:
+    """Every target any release supports the backend on."""
+    return frozenset(t for r in _releases() for t in (r.backends[backend].targets if backend in r.backends else ()))
+
+
+def supporting(backend: str, target: str) -> list[Release]:
+    return [r for r in _releases() if r.supports(backend, target)]
+
+
+def last_supporting(backend: str, target: str) -> Release | None:
+    found = supporting(backend, target)
+    return found[-1] if found else None
+
+
+def first_supporting(backend: str, target: str) -> Release | None:
+    found = supporting(backend, target)
+    return found[0] if found else None
+
+
+def span(backend: str, target: str) -> str:
+    """``2.27.0–2.31.1`` (or one version, or ``none``): the releases that support backend on target."""
+    found = supporting(backend, target)
+    if not found:
+        return "none"
+    return found[0].version if len(found) == 1 else f"{found[0].version}–{found[-1].version}"
+
+
+def detect_release(versions: Mapping[str, str | None], packages: Iterable[str] | None = None) -> Release | None:
+    """The newest release whose versions agree with the installed ones.
+
+    ``neuronx-cc`` must be installed and listed; every other package of ``packages`` (default: all
+    the row lists) that is installed must be one of the row's versions. Compared on public versions.
+    """
+    cc = public(versions.get("neuronx-cc"))
+    if cc is None:
+        return None
+    found: Release | None = None
+    for release in _releases():
+        if cc not in release.packages.get("neuronx-cc", ()):
+            continue
+        names = release.packages if packages is None else [p for p in packages if p in release.packages]
+        agree = True
+        for name in names:
+            installed = public(versions.get(name))
+            if installed is not None and installed not in release.packages[name]:
+                agree = False
+                break
+        if agree:
+            found = release
+    return found
+
+
+def unsupported_message(backend: str, target: str, release: Release | None, where: str) -> str:
+    """Why ``backend`` cannot compile for ``target`` in ``release`` (named by ``where``), with the last
+    release that could, or the backends that do support the target."""
+    last = last_supporting(backend, target)
+    first = first_supporting(backend, target)
+    in_release = f"in Neuron SDK {release.version} ({where})" if release else f"({where})"
+    if last is None:
+        others = sorted(
+            {name for r in _releases() for name, entry in r.backends.items() if target in entry.targets} - {backend}
+        )
+        alternatives = "; ".join(f"{name} (SDK {span(name, target)})" for name in others)
+        msg = f"no Neuron SDK release supports the {backend} backend on {target}"
+        return f"{msg}; for {target} use {alternatives}" if alternatives else msg
+    if release is not None and first is not None and release.key < first.key:
+        return f"the {backend} backend does not support {target} {in_release}: it does from SDK {first.version}"
+    return (
+        f"the {backend} backend does not support {target} {in_release}; "
+        f"the last release that does is SDK {last.version}"
+    )
+
+
+def resolve(backend: str, target: str, sdk: str | None, installed: Mapping[str, str | None] | None) -> Resolution:
+    """The release a build of ``backend`` for ``target`` is judged against.
+
+    ``sdk`` (the profile's field) wins: the newest release it names that supports the pair.
+    Without it, the release of the installed toolchain when one is detected; else the newest
+    release that supports the pair. ``problem`` says why the pair is refused.
+    """
+    if sdk is not None:
+        named = matching(sdk)
+        if not named:
+            return Resolution(
+                None,
+                "profile",
+                f"sdk: {sdk} is not a Neuron SDK release neuronc knows ({known_versions()})",
+                requested=sdk,
+            )
+        good = [r for r in named if r.supports(backend, target)]
+        if good:
+            return Resolution(good[-1], "profile", requested=sdk)
+        return Resolution(named[-1], "profile", unsupported_message(backend, target, named[-1], "sdk:"), sdk)
+    detected = detect_release(installed or {})
+    if detected is not None:
+        if detected.supports(backend, target):
+            return Resolution(detected, "installed")
+        return Resolution(
+            detected, "installed", unsupported_message(backend, target, detected, "the installed toolchain")
+        )
+    newest = last_supporting(backend, target)
+    if newest is None:
+        return Resolution(None, "newest", unsupported_message(backend, target, None, "no release"))
+    return Resolution(newest, "newest")
+
+
+__all__ = [
+    "BackendSupport",
+    "Image",
+    "Release",
+    "Resolution",
+    "Serves",
+    "Status",
+    "backend_targets",
+    "detect_release",
+    "find_release",
+    "first_supporting",
+    "known_versions",
+    "last_supporting",
+    "matching",
+    "public",
+    "releases",
+    "resolve",
+    "span",
+    "supporting",
+    "unsupported_message",
+]

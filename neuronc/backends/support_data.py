@@ -1,0 +1,406 @@
+"""The support matrix: one row per Neuron SDK release from 2.26.1, each citing where it was read.
+
+Package versions are public versions (local ``+hash`` labels dropped). ``SOURCES`` names every
+source once; rows and images cite them by key. Where sources disagree the newest one wins, and
+the row's ``note`` says so. ``support.py`` holds the types and the queries; docs/backends.md and
+docs/deploy.md carry the tables ``scripts/gen_support_matrix.py`` writes from this module.
+"""
+
+from __future__ import annotations
+
+from neuronc.backends.support import BackendSupport, Image, Release, Serves, Status
+
+SDK_REPO = "aws-neuron/aws-neuron-sdk"
+DLC_REPO = "aws-neuron/deep-learning-containers"
+DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en"
+
+SOURCES: dict[str, str] = {
+    **{
+        f"MAN@{v}": f"{SDK_REPO} tag v{v}, src/helperscripts/n2-manifest.json (neuron_releases[{v}])"
+        for v in ("2.26.1", "2.27.0", "2.27.1", "2.28.0", "2.29.0", "2.29.1", "2.30.0", "2.31.0", "2.31.1", "2.32.0")
+    },
+    "MAN@HEAD-2.28.1": f"{SDK_REPO} master @81ce03ae (2026-08-21), n2-manifest.json: the 2.28.1 entry "
+    "(absent at the v2.28.1 tag); release-notes/prev/2.28.1.rst (driver and custom-op fixes only)",
+    **{
+        f"DLC@{t}": f"{DLC_REPO} tag {t}, README.md image table and vllm/inference/*/Dockerfile.neuronx ARG lines"
+        for t in ("2.26.1", "2.27.0", "2.27.1", "2.28.0", "2.29.0", "2.29.1", "2.30.0", "2.31.0", "2.31.1", "2.32.0")
+    },
+    "DLC@6d82485": f"{DLC_REPO} commit 6d82485 (2026-01-26), vllm/inference/0.13.0/Dockerfile.neuronx: the "
+    "vLLM 0.13.0 image of SDK 2.27.1 (vllm-neuron 0.3.0), added after the 2.27.1 tag",
+    "DOCS@2.33.0": f"{DOCS}/v2.33.0/release-notes/components/index.html (component versions) and "
+    f"{DOCS}/v2.33.0/setup/pytorch/update-dlc.html (image tag 0.29.0.1.2.0-neuronx-py314-sdk2.33.0-ubuntu26.04)",
+    "DOCS@2.31.0-vllm": f"{DOCS}/v2.31.0/release-notes/components/index.html: vllm-neuron 0.21.0.1.0.0 "
+    "'supports vLLM 0.21.0; vllm-neuron version is 1.0.0' (Beta, 2026-07-20)",
+    "DOCS@2.32.0-content": f"{DOCS}/v2.32.0/release-notes/releasecontent.html: vllm_neuron-0.24.0.1.1.0 wheel",
+    "EOS-NXDI": f"{DOCS}/latest/about-neuron/announcements/neuron2.x/announce-eos-nxdi-nxd-core-inference.html "
+    "(posted 2026-10-16): NxD Inference support on Trn2/Trn3 ends starting 2.34; 'On Inf2 and Trn1 ... remain in "
+    "maintenance mode at Neuron SDK 2.31'",
+    "MAINT-NXDI-2.30": f"{DOCS}/v2.30.0/about-neuron/announcements/neuron2.x/"
+    "announce-maintenance-nxdi-nxd-core-inference.html: NxD Inference in maintenance from 2.30.0",
+    "MAINT-NXDI-2.31": f"{DOCS}/latest/about-neuron/announcements/neuron2.x/announce-nxdi-maintenance-support-2-31"
+    ".html: NxD Inference 0.10.18399 (2.31.0) keeps critical fixes; no new releases",
+    "RN-NXDI-2.29": f"{SDK_REPO} master, release-notes/components/nxd-inference.rst:61 (2.29.0 breaking change: "
+    "'NxD Inference models are now only supported on Trn2 and newer hardware')",
+    "EOS-TNX": f"{SDK_REPO} about-neuron/announcements: transformers-neuronx in maintenance from 2.24, end of "
+    "support starting 2.26.0; the package is in MAN@2.26.1 and in no later manifest",
+    "MAINT-XLA": f"{SDK_REPO} master, about-neuron/announcements/neuron2.x/announce-maintenance-pytorch-xla-"
+    "inference.rst: PyTorch/XLA inference on Inf2/Trn1 in maintenance from 2.31 (torch-neuronx 2.9.0.2.15 last)",
+    "OPT@0.4.5": "huggingface/optimum-neuron tags v0.4.3-v0.4.5, optimum/neuron/version.py __sdk_version__ = "
+    "2.26.1; no release targets a later SDK (branches sdk-2.27, sdk2.31 unreleased at HEAD 213224e6, 2026-08-19)",
+    "ISSUE21": "neuronc issue 21 (SDK 2.33.1, Nov 2026); the docs site has a v2.33.1 build whose release notes "
+    "show only the 2.33.0 content: no component version or image tag of 2.33.1 was found",
+}
+
+
+def _nxdi_image(sdk: str, vllm: str, plugin: str, cc: str, nxdi: str, nxd: str, **more: str) -> Image:
+    py = "py311" if vllm == "0.9.1" else "py312"
+    ubuntu = "22.04" if vllm == "0.9.1" else "24.04"
+    serves = Serves.VLLM_V0 if vllm == "0.9.1" else Serves.NXDI
+    targets = ("inf2", "trn1", "trn2") if vllm == "0.9.1" else ("inf2", "trn1", "trn2", "trn3")
+    source = "DLC@6d82485" if (sdk, vllm) == ("2.27.1", "0.13.0") else f"DLC@{sdk}"
+    return Image(
+        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx",
+        f"{vllm}-neuronx-{py}-sdk{sdk}-ubuntu{ubuntu}",
+        serves,
+        targets,
+        {
+            "neuronx-cc": cc,
+            "neuronx-distributed-inference": nxdi,
+            "neuronx-distributed": nxd,
+            **({"vllm-neuron": plugin} if serves is Serves.NXDI else {}),
+            **more,
+        },
+        (source,),
+        vllm=vllm,
+        plugin=plugin if serves is Serves.NXDI else None,
+        python=py.removeprefix("py")[0] + "." + py.removeprefix("py")[1:],
+        note="AWS's private vLLM V0 fork (vLLM 0.9.1), not the vllm-neuron plugin" if vllm == "0.9.1" else "",
+    )
+
+
+def _plugin_image(sdk: str, plugin: str, vllm: str, py: str, ubuntu: str, packages: dict[str, str]) -> Image:
+    source = "DOCS@2.33.0" if sdk == "2.33.0" else f"DLC@{sdk}"
+    return Image(
+        "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx",
+        f"{plugin}-neuronx-py{py}-sdk{sdk}-ubuntu{ubuntu}",
+        Serves.VLLM_NEURON,
+        ("trn2", "trn3"),
+        {"vllm-neuron": plugin, "vllm": vllm, **packages},
+        (source,),
+        vllm=vllm,
+        plugin=plugin,
+        python=py[0] + "." + py[1:],
+    )
+
+
+def _pytorch_image(sdk: str, torch: str, py: str = "312", ubuntu: str = "24.04") -> Image:
+    return Image(
+        "public.ecr.aws/neuron/pytorch-inference-neuronx",
+        f"{torch}-neuronx-py{py}-sdk{sdk}-ubuntu{ubuntu}",
+        Serves.PYTORCH,
+        ("inf2", "trn1", "trn2", "trn3") if sdk != "2.26.1" else ("inf2", "trn1", "trn2"),
+        {},
+        (f"DLC@{sdk}",),
+        python=py[0] + "." + py[1:],
+    )
+
+
+ALL = ("inf2", "trn1", "trn2", "trn3")
+NXDI_INF2_TRN1_NOTE = (
+    "Inf2/Trn1: the 2.29 release notes say NxD Inference models run on Trn2 and newer only (RN-NXDI-2.29), "
+    "while the manifest and the DLC README still list inf2/trn1; the newest source (EOS-NXDI, 2026-10-16) keeps "
+    "Inf2/Trn1 in maintenance at 2.31, which this table follows"
+)
+
+
+def _nxdi(status: Status = Status.SUPPORTED, note: str = "", *sources: str) -> BackendSupport:
+    return BackendSupport(ALL, status, note, sources)
+
+
+def _torch_neuronx(targets: tuple[str, ...], status: Status = Status.SUPPORTED, note: str = "") -> BackendSupport:
+    return BackendSupport(targets, status, note)
+
+
+VLLM_NEURON = BackendSupport(
+    ("trn2", "trn3"),
+    Status.BETA,
+    "the vllm-neuron plugin's torch.compile path (libtorch-neuronx-lite, no NxD Inference); Trn2/Trn3 only",
+)
+
+_2_27_PACKAGES = {
+    "neuronx-cc": ("2.22.12471.0",),
+    "neuronx-distributed": ("0.16.25997",),
+    "torch-neuronx": ("2.9.0.2.11.19912", "2.8.0.2.11.19912", "2.7.0.2.11.19912"),
+    "nki": ("0.1.0",),
+}
+_2_28_PACKAGES = {
+    "neuronx-cc": ("2.23.6484.0",),
+    "neuronx-distributed-inference": ("0.8.16251",),
+    "neuronx-distributed": ("0.17.26814",),
+    "torch-neuronx": ("2.9.0.2.12.22436", "2.8.0.2.12.22436", "2.7.0.2.12.22436"),
+    "nki": ("0.2.0",),
+    "vllm-neuron": ("0.4.1",),
+    "vllm": ("0.13.0",),
+}
+_2_31_PACKAGES = {
+    "neuronx-cc": ("2.26.6360.0",),
+    "neuronx-distributed-inference": ("0.10.18399",),
+    "neuronx-distributed": ("0.19.28492",),
+    "torch-neuronx": ("2.9.0.2.15.32035",),
+    "libtorch-neuronx-lite": ("2.11.0.1.0.696", "2.12.0.1.0.696", "2.10.0.1.0.696"),
+    "nki": ("0.5.0",),
+    "vllm-neuron": ("0.21.0.1.0.0", "0.5.3"),
+    "vllm": ("0.21.0", "0.16.0"),
+}
+_2_31_LITE = {"neuronx-cc": "2.26.6360.0", "nki": "0.5.0", "libtorch-neuronx-lite": "2.11.0.1.0.696", "torch": "2.11.0"}
+_2_31_NXDI = {"cc": "2.26.6360.0", "nxdi": "0.10.18399", "nxd": "0.19.28492", "nki": "0.5.0"}
+_2_32_IMAGE = {
+    "neuronx-cc": "2.27.5334.0",
+    "nki": "0.6.0",
+    "libtorch-neuronx-lite": "2.11.0.1.0.1284",
+    "torch": "2.11.0",
+}
+_2_33_PACKAGES = {
+    "neuronx-cc": ("2.28.7631.0",),
+    "nki": ("0.7.0",),
+    "vllm-neuron": ("0.29.0.1.2.0",),
+    "vllm": ("0.29.0",),
+}
+_2_33_IMAGE = {"neuronx-cc": "2.28.7631.0", "nki": "0.7.0", "torch": "2.13.0"}
+
+
+def _nxdi_2_31(sdk: str) -> Image:
+    v = _2_31_NXDI
+    return _nxdi_image(sdk, "0.16.0", "0.5.3", v["cc"], v["nxdi"], v["nxd"], nki=v["nki"])
+
+
+RELEASES: tuple[Release, ...] = (
+    Release(
+        "2.26.1",
+        "2025-10-29",
+        {
+            "neuronx-cc": ("2.21.33363.0",),
+            "neuronx-distributed-inference": ("0.6.10598",),
+            "neuronx-distributed": ("0.15.22404",),
+            "torch-neuronx": ("2.8.0.2.10.16998", "2.7.0.2.10.16998", "2.6.0.2.10.16998"),
+            "transformers-neuronx": ("0.13.1315",),
+            "optimum-neuron": ("0.4.5", "0.4.4", "0.4.3"),
+        },
+        {
+            "nxdi": BackendSupport(("inf2", "trn1", "trn2")),
+            "transformers-neuronx": BackendSupport(
+                ("inf2", "trn1"), Status.LAST, "end of support starts", ("EOS-TNX",)
+            ),
+            "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2")),
+            "optimum-neuron": BackendSupport(
+                ("inf2", "trn1", "trn2"), note="optimum-neuron 0.4.3-0.4.5", sources=("OPT@0.4.5",)
+            ),
+        },
+        ("MAN@2.26.1", "DLC@2.26.1", "EOS-TNX", "OPT@0.4.5"),
+        (
+            _nxdi_image("2.26.1", "0.9.1", "", "2.21.33363.0", "0.6.10598", "0.15.22404"),
+            _pytorch_image("2.26.1", "2.8.0", "311", "22.04"),
+        ),
+    ),
+    Release(
+        "2.27.0",
+        "2025-12-19",
+        {
+            **_2_27_PACKAGES,
+            "neuronx-distributed-inference": ("0.7.14366",),
+            "vllm-neuron": ("0.2.1",),
+            "vllm": ("0.11.0",),
+        },
+        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
+        ("MAN@2.27.0", "DLC@2.27.0"),
+        (
+            _nxdi_image("2.27.0", "0.11.0", "0.2.1", "2.22.12471.0", "0.7.14366", "0.16.25997"),
+            _pytorch_image("2.27.0", "2.9.0"),
+        ),
+        note="NxD Inference adds Trn3; torch-neuronx lists no trn3 in the manifest until 2.29",
+    ),
+    Release(
+        "2.27.1",
+        "2026-01-14",
+        {
+            **_2_27_PACKAGES,
+            "neuronx-distributed-inference": ("0.7.15063",),
+            "vllm-neuron": ("0.2.2", "0.3.0"),
+            "vllm": ("0.11.0", "0.13.0"),
+        },
+        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
+        ("MAN@2.27.1", "DLC@2.27.1", "DLC@6d82485"),
+        (
+            _nxdi_image("2.27.1", "0.13.0", "0.3.0", "2.22.12471.0", "0.7.15063", "0.16.25997", nki="0.1.0"),
+            _nxdi_image("2.27.1", "0.11.0", "0.2.2", "2.22.12471.0", "0.7.15063", "0.16.25997"),
+            _pytorch_image("2.27.1", "2.9.0"),
+        ),
+        note="the vLLM 0.13.0 image (vllm-neuron 0.3.0) was published out of band on 2026-01-26",
+    ),
+    Release(
+        "2.28.0",
+        "2026-02-26",
+        _2_28_PACKAGES,
+        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
+        ("MAN@2.28.0", "DLC@2.28.0"),
+        (
+            _nxdi_image("2.28.0", "0.13.0", "0.4.1", "2.23.6484.0", "0.8.16251", "0.17.26814", nki="0.2.0"),
+            _pytorch_image("2.28.0", "2.9.0"),
+        ),
+    ),
+    Release(
+        "2.28.1",
+        "2026-03-13",
+        _2_28_PACKAGES,
+        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
+        ("MAN@HEAD-2.28.1",),
+        note="driver and custom-op fixes only: the 2.28.0 packages, no new images",
+    ),
+    Release(
+        "2.29.0",
+        "2026-04-09",
+        {
+            "neuronx-cc": ("2.24.5133.0",),
+            "neuronx-distributed-inference": ("0.9.17334",),
+            "neuronx-distributed": ("0.18.27753",),
+            "torch-neuronx": ("2.9.0.2.13.24727",),
+            "nki": ("0.3.0",),
+            "vllm-neuron": ("0.5.0",),
+            "vllm": ("0.16.0",),
+        },
+        {"nxdi": _nxdi(note=NXDI_INF2_TRN1_NOTE), "torch-neuronx": _torch_neuronx(ALL)},
+        ("MAN@2.29.0", "DLC@2.29.0", "RN-NXDI-2.29", "EOS-NXDI"),
+        (
+            _nxdi_image("2.29.0", "0.16.0", "0.5.0", "2.24.5133.0", "0.9.17334", "0.18.27753", nki="0.3.0"),
+            _pytorch_image("2.29.0", "2.9.0"),
+        ),
+    ),
+    Release(
+        "2.29.1",
+        "2026-05-01",
+        {
+            "neuronx-cc": ("2.24.8799.0",),
+            "neuronx-distributed-inference": ("0.9.17334",),
+            "neuronx-distributed": ("0.18.27753",),
+            "torch-neuronx": ("2.9.0.2.13.26312",),
+            "nki": ("0.3.0",),
+            "vllm-neuron": ("0.5.0",),
+            "vllm": ("0.16.0",),
+        },
+        {"nxdi": _nxdi(note=NXDI_INF2_TRN1_NOTE), "torch-neuronx": _torch_neuronx(ALL)},
+        ("MAN@2.29.1", "DLC@2.29.1", "EOS-NXDI"),
+        (
+            _nxdi_image("2.29.1", "0.16.0", "0.5.0", "2.24.8799.0", "0.9.17334", "0.18.27753", nki="0.3.0"),
+            _pytorch_image("2.29.1", "2.9.0"),
+        ),
+    ),
+    Release(
+        "2.30.0",
+        "2026-05-21",
+        {
+            "neuronx-cc": ("2.25.3371.0",),
+            "neuronx-distributed-inference": ("0.10.17970",),
+            "neuronx-distributed": ("0.19.28093",),
+            "torch-neuronx": ("2.9.0.2.14.27725",),
+            "libtorch-neuronx-lite": ("2.10.0.1.0.239",),
+            "nki": ("0.4.0",),
+            "vllm-neuron": ("0.5.1",),
+            "vllm": ("0.16.0",),
+        },
+        {
+            "nxdi": _nxdi(Status.MAINTENANCE, NXDI_INF2_TRN1_NOTE, "MAINT-NXDI-2.30"),
+            "torch-neuronx": _torch_neuronx(ALL),
+        },
+        ("MAN@2.30.0", "DLC@2.30.0", "MAINT-NXDI-2.30", "EOS-NXDI"),
+        (
+            _nxdi_image("2.30.0", "0.16.0", "0.5.1", "2.25.3371.0", "0.10.17970", "0.19.28093", nki="0.4.0"),
+            _pytorch_image("2.30.0", "2.9.0"),
+        ),
+        note="libtorch-neuronx-lite appears; no vllm-neuron release uses it yet",
+    ),
+    Release(
+        "2.31.0",
+        "2026-07-07",
+        _2_31_PACKAGES,
+        {
+            "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, "MAINT-NXDI-2.31"),
+            "torch-neuronx": _torch_neuronx(ALL, Status.MAINTENANCE, "the last XLA torch-neuronx (MAINT-XLA)"),
+            "vllm-neuron": VLLM_NEURON,
+        },
+        ("MAN@2.31.0", "DLC@2.31.0", "DOCS@2.31.0-vllm", "MAINT-NXDI-2.31", "MAINT-XLA"),
+        (
+            _plugin_image("2.31.0", "0.21.0.1.0.0", "0.21.0", "313", "24.04", _2_31_LITE),
+            _nxdi_2_31("2.31.0"),
+            _pytorch_image("2.31.0", "2.9.0"),
+        ),
+        note="vllm-neuron 0.21.0.1.0.0 (Beta, 2026-07-20) ships in the DLC but not in this tag's manifest",
+    ),
+    Release(
+        "2.31.1",
+        "2026-08-12",
+        _2_31_PACKAGES,
+        {
+            "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, "EOS-NXDI"),
+            "torch-neuronx": _torch_neuronx(ALL, Status.MAINTENANCE, "the last XLA torch-neuronx (MAINT-XLA)"),
+            "vllm-neuron": VLLM_NEURON,
+        },
+        ("MAN@2.31.1", "DLC@2.31.1", "EOS-NXDI", "MAINT-XLA"),
+        (
+            _plugin_image("2.31.1", "0.21.0.1.0.0", "0.21.0", "313", "24.04", _2_31_LITE),
+            _nxdi_2_31("2.31.1"),
+            _pytorch_image("2.31.1", "2.9.0"),
+        ),
+        note="tools fix only; the last vLLM 0.16 (NxD Inference) and pytorch-inference-neuronx images",
+    ),
+    Release(
+        "2.32.0",
+        "2026-08-17",
+        {
+            "neuronx-cc": ("2.27.5334.0",),
+            "libtorch-neuronx-lite": ("2.11.0.1.0.1284", "2.12.0.1.0.1284"),
+            "nki": ("0.6.0",),
+            "vllm-neuron": ("0.24.0.1.1.0",),
+            "vllm": ("0.24.0",),
+        },
+        {"vllm-neuron": VLLM_NEURON},
+        ("MAN@2.32.0", "DLC@2.32.0", "DOCS@2.32.0-content", "EOS-NXDI"),
+        (
+            _plugin_image(
+                "2.32.0",
+                "0.24.0.1.1.0",
+                "0.24.0",
+                "313",
+                "24.04",
+                {
+                    "neuronx-cc": "2.27.5334.0",
+                    "nki": "0.6.0",
+                    "libtorch-neuronx-lite": "2.11.0.1.0.1284",
+                    "torch": "2.11.0",
+                },
+            ),
+        ),
+        note="no NxD Inference and no torch-neuronx: NxDI users stay on 2.31 images",
+    ),
+    Release(
+        "2.33.0",
+        "2026-10-19",
+        _2_33_PACKAGES,
+        {"vllm-neuron": VLLM_NEURON},
+        ("DOCS@2.33.0", "EOS-NXDI"),
+        (_plugin_image("2.33.0", "0.29.0.1.2.0", "0.29.0", "314", "26.04", _2_33_IMAGE),),
+        note="Ubuntu 26.04 / Python 3.14 images only; the native compile route is the default; the "
+        "libtorch-neuronx-lite version of this release was not found (TorchNeuron 2.13.3.0 / 2.14.3.0 beta)",
+    ),
+    Release(
+        "2.33.1",
+        None,
+        _2_33_PACKAGES,
+        {"vllm-neuron": VLLM_NEURON},
+        ("ISSUE21",),
+        note="carried from 2.33.0: no release notes, versions or image tag of 2.33.1 were found",
+        verified=False,
+    ),
+)
+
+
+__all__ = ["RELEASES", "SOURCES"]

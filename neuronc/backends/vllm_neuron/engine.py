@@ -1,0 +1,200 @@
+"""A vllm-neuron build's engine arguments, from the profile: one mapping, used to compile and to serve.
+
+The plugin compiles one NEFF per bucket while the engine warms up, keyed by the traced graph and
+its input shapes (facts.py); the KV cache shape is one of those inputs and is sized from
+``gpu_memory_utilization``. So the compile (``vllm.LLM(**engine_kwargs)``) and the server
+(``vllm serve <checkpoint> <engine_args>``) must get the same values, and every value whose default
+differs between ``LLM`` and ``vllm serve`` (``max_num_seqs``, ``max_num_batched_tokens`` by usage
+context; ``gpu_memory_utilization`` 0.92 in ``LLM`` vs 0.9 in ``EngineArgs``, vLLM 0.21
+``vllm/entrypoints/llm.py``) is always passed explicitly.
+
+Profile -> vLLM (``EngineArgs`` fields) and ``--additional-config '{"neuron_config": ...}'``
+(vllm-neuron docs/guides/reference-configuration.md):
+
+- ``batch_size`` -> ``max_num_seqs``; ``num_seqs_buckets`` (option, default powers of two up to it,
+  the plugin's own default made explicit; the largest must equal ``max_num_seqs``);
+- ``sequence.max_length`` -> ``max_model_len``;
+- ``sequence.context_buckets`` -> ``num_batched_tokens_buckets`` (prefill token counts), the largest
+  -> ``max_num_batched_tokens`` (which the largest bucket must equal);
+- ``sequence.token_buckets`` below ``max_length`` -> ``decode_context_length_buckets`` (ascending,
+  below ``max_model_len``, multiples of 128; none when the only token bucket is ``max_length``);
+- ``tp_degree`` -> ``tensor_parallel_size``; ``amp`` -> ``dtype``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, GraphSpec, SpecProblem
+from neuronc.backends.vllm_neuron.facts import BUCKET_KEYS, DECODE_BUCKET_MULTIPLE
+from neuronc.hardware import lnc
+from neuronc.spec import PositiveInt, StrictModel
+
+if TYPE_CHECKING:
+    from neuronc.spec import BuildSpec
+
+CHECKPOINT_DIR = "artifacts/checkpoint"  # the checkpoint as the plugin loads it (HF safetensors)
+CACHE_DIR = "artifacts/vllm-cache"  # the VLLM_CACHE_ROOT the compile filled
+CONTAINER_BUNDLE = "/bundle"  # where the bundle (and, while compiling, its staging copy) is mounted
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's EngineArgs default
+
+
+class VllmNeuronOptions(StrictModel):
+    """``options:`` of the vllm-neuron backend."""
+
+    logical_nc_config: Literal[1, 2] | None = Field(default=None, description="logical NeuronCore size (default 2)")
+    num_seqs_buckets: list[PositiveInt] | None = Field(
+        default=None, description="decode batch buckets; the largest must be batch_size (default: powers of two)"
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="sizes the KV cache, which is part of every NEFF (default 0.9)"
+    )
+    block_size: PositiveInt | None = Field(default=None, description="vLLM KV block size (default: vLLM's)")
+    enable_prefix_caching: bool | None = Field(default=None, description="vLLM prefix caching (default: on)")
+    neuron_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="more additional_config.neuron_config keys (e.g. on_device_sampling_config); not the buckets",
+    )
+
+
+def options_of(spec: BuildSpec) -> VllmNeuronOptions:
+    return VllmNeuronOptions.model_validate(spec.options)
+
+
+def powers_of_two_to(limit: int) -> list[int]:
+    """1, 2, 4, ... below ``limit``, then ``limit`` (the plugin's default bucket progression)."""
+    values = []
+    value = 1
+    while value < limit:
+        values.append(value)
+        value *= 2
+    return [*values, limit]
+
+
+def num_seqs_buckets(spec: BuildSpec) -> list[int]:
+    given = options_of(spec).num_seqs_buckets
+    return list(given) if given is not None else powers_of_two_to(spec.batch_size)
+
+
+def decode_context_buckets(spec: BuildSpec) -> list[int]:
+    return [b for b in spec.sequence.token_buckets if b < spec.sequence.max_length]
+
+
+def neuron_config(spec: BuildSpec) -> dict[str, Any]:
+    """``additional_config.neuron_config``: the buckets from the profile, then the option's extra keys."""
+    config: dict[str, Any] = {
+        "num_batched_tokens_buckets": list(spec.sequence.context_buckets),
+        "num_seqs_buckets": num_seqs_buckets(spec),
+    }
+    decode = decode_context_buckets(spec)
+    if decode:
+        config["decode_context_length_buckets"] = decode
+    config.update(options_of(spec).neuron_config)
+    return config
+
+
+def engine_kwargs(spec: BuildSpec, checkpoint: str) -> dict[str, Any]:
+    """``vllm.LLM(**kwargs)``: EngineArgs fields, with the checkpoint at ``checkpoint``."""
+    options = options_of(spec)
+    kwargs: dict[str, Any] = {
+        "model": checkpoint,
+        "tokenizer": checkpoint,
+        "served_model_name": [spec.model.id],
+        "tensor_parallel_size": spec.tp_degree,
+        "max_num_seqs": spec.batch_size,
+        "max_model_len": spec.sequence.max_length,
+        "max_num_batched_tokens": max(spec.sequence.context_buckets),
+        "dtype": spec.dtype,
+        "gpu_memory_utilization": options.gpu_memory_utilization or DEFAULT_GPU_MEMORY_UTILIZATION,
+        "additional_config": {"neuron_config": neuron_config(spec)},
+    }
+    if options.block_size is not None:
+        kwargs["block_size"] = options.block_size
+    if options.enable_prefix_caching is not None:
+        kwargs["enable_prefix_caching"] = options.enable_prefix_caching
+    return kwargs
+
+
+def engine_cli(kwargs: Mapping[str, Any]) -> list[str]:
+    """The same values as ``vllm serve`` arguments, without the model and tokenizer (the caller places
+    the checkpoint): ``--flag value`` per EngineArgs field, JSON for ``--additional-config``."""
+    args: list[str] = []
+    for key, value in kwargs.items():
+        if key in ("model", "tokenizer"):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + key.replace("_", "-"))
+        elif isinstance(value, list) and key == "served_model_name":
+            args += [flag, *map(str, value)]
+        elif isinstance(value, dict):
+            args += [flag, json.dumps(value, sort_keys=True, separators=(",", ":"))]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def plan_graphs(spec: BuildSpec) -> tuple[GraphSpec, ...]:
+    """One prefill graph per token bucket, one decode graph per (sequences, context length) bucket."""
+    prefill = [GraphSpec(ROLE_CONTEXT, 1, tokens) for tokens in spec.sequence.context_buckets]
+    lengths = [*decode_context_buckets(spec), spec.sequence.max_length]
+    decode = [GraphSpec(ROLE_TOKEN, seqs, length) for seqs in num_seqs_buckets(spec) for length in lengths]
+    return tuple(prefill + decode)
+
+
+def engine_problems(spec: BuildSpec) -> list[SpecProblem]:
+    """The plugin's rules for the buckets, checked before anything compiles."""
+    problems: list[SpecProblem] = []
+    options = options_of(spec)
+    for key in BUCKET_KEYS:
+        if key in options.neuron_config:
+            msg = "set by neuronc from the profile's sequence buckets and batch_size (options.num_seqs_buckets)"
+            problems.append(SpecProblem(("options", "neuron_config", key), msg))
+    seqs = options.num_seqs_buckets
+    if seqs is not None:
+        if seqs != sorted(set(seqs)):
+            problems.append(SpecProblem(("options", "num_seqs_buckets"), "must be strictly ascending"))
+        elif seqs[-1] != spec.batch_size:
+            msg = f"the largest bucket must equal batch_size {spec.batch_size} (max_num_seqs)"
+            problems.append(SpecProblem(("options", "num_seqs_buckets"), msg))
+    odd = [b for b in decode_context_buckets(spec) if b % DECODE_BUCKET_MULTIPLE]
+    if odd:
+        msg = (
+            f"token buckets below max_length become decode_context_length_buckets, which must be multiples of "
+            f"{DECODE_BUCKET_MULTIPLE}: {', '.join(map(str, odd))} are not"
+        )
+        problems.append(SpecProblem(("sequence", "token_buckets"), msg))
+    return problems
+
+
+def logical_nc(spec: BuildSpec) -> int:
+    return lnc(spec.target, spec.options)
+
+
+def describe(kwargs: Mapping[str, Any], args: Sequence[str]) -> dict[str, Any]:
+    """What the manifest records about the engine: the kwargs the compile used and the serve arguments."""
+    return {"engine_kwargs": dict(kwargs), "engine_args": list(args)}
+
+
+__all__ = [
+    "CACHE_DIR",
+    "CHECKPOINT_DIR",
+    "CONTAINER_BUNDLE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "VllmNeuronOptions",
+    "decode_context_buckets",
+    "describe",
+    "engine_cli",
+    "engine_kwargs",
+    "engine_problems",
+    "logical_nc",
+    "neuron_config",
+    "num_seqs_buckets",
+    "options_of",
+    "plan_graphs",
+    "powers_of_two_to",
+]

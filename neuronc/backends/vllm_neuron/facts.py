@@ -1,0 +1,124 @@
+"""What neuronc relies on about the vllm-neuron plugin (torch.compile path) and its DLC images.
+
+Every value here is recorded with its source in tests/fixtures/vllm_neuron/facts.json, which the
+test doubles (tests/sdk_doubles) read to behave as the plugin does; tests/test_vllm_neuron_facts.py
+checks that the two agree. The sources, in short:
+
+- Cache layout: vllm-neuron ``vllm_neuron/compile/cache.py`` (0.21 line, read in public forks:
+  Infinity-AI-Institute/vllm-neuron @7f4cca75, jinhuang12/vllm-neuron @6f823e07); the SDK's copy of
+  the plugin docs, aws-neuron/aws-neuron-sdk ``vllm-neuron/docs/design/compilation/compilation_cache.md``
+  (``$VLLM_CACHE_ROOT/neuron/compile_cache/<hash>/``, a 32-character MD5 key).
+- Environment names: ``compilation_cache.md``, ``cpu_compilation.md`` and
+  ``guides/reference-configuration.md`` (0.24 names, ``NEURON_LIBTORCH_*``); the 0.21 names
+  (``VLLM_NEURON_*``) from the 0.21-era ``vllm_neuron/envs.py`` (forks above) and the SDK docs before
+  commit a3247f5b. ``NEURON_LOGICAL_NC_CONFIG``: about-neuron/arch/neuron-features/
+  logical-neuroncore-config.rst and the plugin's envs.py.
+- KV sizing parity between CPU compile and the device: ``design/vllm/determine_available_memory_design.md``
+  (KV block count from the static HBM size, ``gpu_memory_utilization`` and
+  ``VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION``; the KV shape is part of every NEFF).
+- DLC images: aws-neuron/deep-learning-containers ``vllm/inference/<v>/Dockerfile.neuronx``
+  (``ENTRYPOINT ["python", "/usr/local/bin/vllm_entrypoint.py"]``, which runs its arguments;
+  ``EXPOSE 8080 8081``; ``HEALTHCHECK CMD curl --fail http://localhost:8080/ping``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# -- the compile cache -----------------------------------------------------------------------------
+CACHE_SUBDIR = "neuron/compile_cache"  # under $VLLM_CACHE_ROOT
+ENTRY_NAME = re.compile(r"^[0-9a-f]{32}$")
+HLO_FILE = "graph.hlo"
+NEFF_FILE = "graph_{key}.neff"
+METADATA_FILE = re.compile(r"^\.artifact_metadata_v[0-9]+\.json$")
+METADATA_KEY_FIELD = "cache_key"
+COMPLETE_FILE = ".compilation_complete"
+# Written next to the entries while a process compiles one (a lock and who holds it), and a
+# best-effort hit marker inside an entry: none of them belongs in a bundle.
+LOCK_METADATA = re.compile(r"^\.[0-9a-f]{32}\.compilation_metadata(\.lock)?$")
+ACCESSED_FILE = ".cache_accessed"
+
+# -- environment -----------------------------------------------------------------------------------
+CACHE_ROOT_ENV = "VLLM_CACHE_ROOT"
+CPU_COMPILE_ENV = "VLLM_NEURON_CPU_COMPILE"
+TARGET_ENV = "NEURON_PLATFORM_TARGET_OVERRIDE"
+FAIL_ON_MISS_ENV = "VLLM_NEURON_DISABLE_WARMUP_COMPILE"
+LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
+# Read at compile and at serve time to size the KV cache; the NEFFs hit only when they agree.
+KV_SIZING_ENV = ("VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION", "VLLM_NEURON_MIN_KV_BUDGET_GIB")
+
+
+@dataclass(frozen=True)
+class PluginEnv:
+    """The cache variables of one plugin line (renamed from VLLM_NEURON_* to NEURON_LIBTORCH_* in 0.24)."""
+
+    remote_cache: str
+    disable_graph_capture: str
+    parallel_workers: str
+    compilation_timeout: str
+
+
+PLUGIN_ENV: dict[str, PluginEnv] = {
+    "0.21": PluginEnv(
+        "VLLM_NEURON_REMOTE_CACHE",
+        "VLLM_NEURON_DISABLE_GRAPH_CAPTURE_BACKEND",
+        "VLLM_NEURON_PARALLEL_COMPILE_WORKERS",
+        "VLLM_NEURON_COMPILATION_TIMEOUT",
+    ),
+    "0.24": PluginEnv(
+        "NEURON_LIBTORCH_REMOTE_CACHE",
+        "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
+        "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS",
+        "NEURON_LIBTORCH_COMPILATION_TIMEOUT",
+    ),
+}
+
+
+def plugin_env(plugin_version: str) -> PluginEnv:
+    """The variable names of a plugin version (``0.21.0.1.0.0`` -> the 0.21 names; 0.24 and later the 0.24 ones).
+
+    0.29's docs (the SDK's ``latest`` build, Oct 2026) still name the 0.24 variables.
+    """
+    major, _, rest = plugin_version.partition(".")
+    minor = int(rest.partition(".")[0] or 0) if major == "0" else 99
+    return PLUGIN_ENV["0.21"] if minor < 24 else PLUGIN_ENV["0.24"]
+
+
+# -- the Deep Learning Container ------------------------------------------------------------------
+DLC_ENTRYPOINT = ("python", "/usr/local/bin/vllm_entrypoint.py")  # runs its arguments as a command
+DLC_HEALTHCHECK_PORT = 8080
+DLC_HEALTHCHECK_PATH = "/ping"
+DLC_EXPOSED_PORTS = (8080, 8081)
+
+# -- additional_config.neuron_config ---------------------------------------------------------------
+# Keys neuronc sets from the profile; the rules are the reference's (guides/reference-configuration.md).
+BUCKET_KEYS = ("num_batched_tokens_buckets", "num_seqs_buckets", "decode_context_length_buckets")
+DECODE_BUCKET_MULTIPLE = 128
+
+__all__ = [
+    "ACCESSED_FILE",
+    "BUCKET_KEYS",
+    "CACHE_ROOT_ENV",
+    "CACHE_SUBDIR",
+    "COMPLETE_FILE",
+    "CPU_COMPILE_ENV",
+    "DECODE_BUCKET_MULTIPLE",
+    "DLC_ENTRYPOINT",
+    "DLC_EXPOSED_PORTS",
+    "DLC_HEALTHCHECK_PATH",
+    "DLC_HEALTHCHECK_PORT",
+    "ENTRY_NAME",
+    "FAIL_ON_MISS_ENV",
+    "HLO_FILE",
+    "KV_SIZING_ENV",
+    "LNC_ENV",
+    "LOCK_METADATA",
+    "METADATA_FILE",
+    "METADATA_KEY_FIELD",
+    "NEFF_FILE",
+    "PLUGIN_ENV",
+    "TARGET_ENV",
+    "PluginEnv",
+    "plugin_env",
+]

@@ -1,0 +1,277 @@
+"""The vllm-neuron backend: profiles, the engine arguments, and `neuronc compile` through the doubles.
+
+The compile runs the real pipeline and neuronc's real compile script; underneath, the doubles stand
+where the real stack would (tests/sdk_doubles): a stand-in docker CLI that runs the release's "DLC
+image" command on this host, and a ``vllm`` whose ``LLM`` accepts only what the recorded vLLM
+accepts and fills the compile cache in the plugin's layout (tests/fixtures/vllm_neuron/).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sdk_doubles.fixtures import FakeRuntime, make_spec
+from typer.testing import CliRunner
+
+from neuronc._output import out
+from neuronc.backends import get_backend
+from neuronc.backends.support import find_release
+from neuronc.backends.vllm_neuron.engine import engine_cli, engine_kwargs, plan_graphs
+from neuronc.bundle import read_manifest, verify_bundle
+from neuronc.cli import app
+from neuronc.errors import ProfileError
+
+PROFILE = """
+model: {{id: ./model}}
+backend: vllm-neuron
+target: {target}
+tp_degree: 2
+batch_size: 4
+sequence: {{max_length: 512, context_buckets: [128, 256], token_buckets: [256, 512]}}
+{extra}
+"""
+
+
+def write_profile(tmp_path: Path, checkpoint: Path, *, target: str = "trn2", extra: str = "") -> Path:
+    if not (tmp_path / "model").exists():
+        shutil.copytree(checkpoint, tmp_path / "model")
+    profile = tmp_path / "vllm.yaml"
+    profile.write_text(textwrap.dedent(PROFILE).format(target=target, extra=extra))
+    return profile
+
+
+def invoke(*args: str) -> tuple[int, Any, str]:
+    out.reset()
+    result = CliRunner().invoke(app, list(args))
+    try:
+        data = json.loads(result.stdout)
+    except ValueError:
+        data = result.stdout
+    return result.exit_code, data, result.stderr
+
+
+def spec_for(tmp_path: Path, checkpoint: Path, **kw: str) -> Any:
+    write_profile(tmp_path, checkpoint, **kw)
+    return make_spec((tmp_path / "vllm.yaml").read_text(), tmp_path)
+
+
+# -- the profile ------------------------------------------------------------------------------------
+
+
+def test_a_trn2_profile_maps_to_the_plugins_engine_arguments(tmp_path: Path, tiny_llama: Path) -> None:
+    spec = spec_for(tmp_path, tiny_llama)
+    assert spec.weights == "on-load"  # the backend's default: the plugin shards HF safetensors on load
+    kwargs = engine_kwargs(spec, "/bundle/artifacts/checkpoint")
+    assert kwargs["max_num_seqs"] == 4 and kwargs["max_model_len"] == 512 and kwargs["tensor_parallel_size"] == 2
+    assert kwargs["max_num_batched_tokens"] == 256  # the largest prefill bucket, as the plugin requires
+    assert kwargs["gpu_memory_utilization"] == 0.9  # explicit: LLM's default (0.92) is not vllm serve's
+    assert kwargs["additional_config"] == {
+        "neuron_config": {
+            "num_batched_tokens_buckets": [128, 256],
+            "num_seqs_buckets": [1, 2, 4],
+            "decode_context_length_buckets": [256],
+        }
+    }
+    args = engine_cli(kwargs)
+    assert "--model" not in args and args[args.index("--additional-config") + 1].startswith('{"neuron_config"')
+    assert args[args.index("--served-model-name") + 1] == spec.model.id
+    graphs = [g.name for g in plan_graphs(spec)]
+    assert graphs[:2] == ["cte-b1-s128", "cte-b1-s256"] and "tkg-b4-s512" in graphs and len(graphs) == 8
+
+
+@pytest.mark.parametrize(
+    ("target", "extra", "expected"),
+    [
+        (
+            "inf2",
+            "",
+            "no Neuron SDK release supports the vllm-neuron backend on inf2; for inf2 use nxdi (SDK 2.26.1–2.31.1)",
+        ),
+        ("trn2", "sdk: '2.30'", "does not support trn2 in Neuron SDK 2.30.0 (sdk:): it does from SDK 2.31.0"),
+        ("trn2", "sdk: '2.40'", "sdk: 2.40 is not a Neuron SDK release neuronc knows (2.26.1 … 2.33.1)"),
+        ("trn2", "weights: presharded", "weights: 'presharded' is not supported by 'vllm-neuron'; allowed: on-load"),
+        ("trn2", "options: {num_seqs_buckets: [1, 2]}", "the largest bucket must equal batch_size 4"),
+        ("trn2", "options: {neuron_config: {num_seqs_buckets: [4]}}", "set by neuronc from the profile's"),
+        ("trn2", "compiler: {flags: ['-O1']}", "takes no compiler flags"),
+    ],
+)
+def test_validate_refuses_what_no_release_or_rule_allows(
+    tmp_path: Path, tiny_llama: Path, target: str, extra: str, expected: str
+) -> None:
+    with pytest.raises(ProfileError) as info:
+        spec_for(tmp_path, tiny_llama, target=target, extra=extra)
+    assert any(expected in line for line in info.value.details), info.value.details
+
+
+def test_decode_buckets_must_be_multiples_of_128(tmp_path: Path, tiny_llama: Path) -> None:
+    shutil.copytree(tiny_llama, tmp_path / "model")
+    text = PROFILE.format(target="trn3", extra="").replace("token_buckets: [256, 512]", "token_buckets: [200, 512]")
+    with pytest.raises(ProfileError) as info:
+        make_spec(text, tmp_path)
+    assert "multiples of 128: 200 are not" in "\n".join(info.value.details)
+
+
+def test_the_default_release_is_the_newest_with_a_dlc_image(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    spec = spec_for(tmp_path, tiny_llama, target="trn3")
+    resolution = get_backend("vllm-neuron").release_for(spec)
+    assert resolution.release is not None and resolution.release.version == "2.33.0"
+    assert resolution.how == "newest" and "2.33.1 has no known DLC image" in resolution.notes[0]
+
+
+# -- compiling in the release's DLC image ---------------------------------------------------------------
+
+
+def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_image(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    fake_runtime.add_release_images()
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'\noptions: {logical_nc_config: 1}")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    bundle = Path(report["builds"][0]["bundle"])
+    manifest = read_manifest(bundle)
+    info = manifest.extra["vllm_neuron"]
+    image = find_release("2.32.0").images[0]  # type: ignore[union-attr]
+    assert info["release"] == "2.32.0" and info["plugin"] == "0.24.0.1.1.0"
+    assert info["runner"]["image"] == image.reference
+    assert info["runner"]["pinned"].startswith(image.repository + "@sha256:")
+    assert info["logical_nc_config"] == 1 and info["platform_target"] == "trn2"
+    # The toolchain key covers the image's versions (checked inside it), not this host's.
+    assert {k: v for k, v in manifest.toolchain.items() if k != "neuronc"} == dict(sorted(image.packages.items()))
+    assert info["versions_in_runner"]["neuronx-cc"] == "2.27.5334.0"
+    # The cache tree: one complete entry per bucket, no lock or hit-marker files.
+    compile_cache = bundle / "artifacts/vllm-cache/neuron/compile_cache"
+    entries = sorted(p.name for p in compile_cache.iterdir())
+    assert entries == sorted(info["cache_keys"]) and len(entries) == len(manifest.graphs) == 8
+    for key in entries:
+        names = sorted(p.name for p in (compile_cache / key).iterdir())
+        assert names == [".artifact_metadata_v0.json", ".compilation_complete", "graph.hlo", f"graph_{key}.neff"]
+    assert (bundle / "artifacts/checkpoint/config.json").is_file()
+    assert list((bundle / "artifacts/checkpoint").glob("*.safetensors"))
+    assert verify_bundle(bundle).ok
+    # How it ran: by digest, no network, CPU compile for the target and LNC, the staging cache.
+    (run,) = fake_runtime.runs()
+    assert run["run"][run["run"].index("--network") + 1] == "none"
+    assert info["runner"]["pinned"] in run["run"]
+    assert run["env"]["VLLM_NEURON_CPU_COMPILE"] == "1"
+    assert run["env"]["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn2"
+    assert run["env"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    assert run["env"]["VLLM_CACHE_ROOT"] == "/neuronc/vllm-cache"
+    assert "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS" in run["env"]  # the 0.24 name, not VLLM_NEURON_*
+    assert [m[1:] for m in run["mounts"]] == [["/neuronc", False], ["/bundle/artifacts/checkpoint", True]]
+    # A second compile is a store hit: nothing runs.
+    code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0 and report["builds"][0]["status"] == "hit" and len(fake_runtime.runs()) == 1
+
+
+def test_the_0_21_plugin_gets_its_own_variable_names(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    fake_runtime.add_release_images()
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.31.1'")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    (run,) = fake_runtime.runs()
+    assert "VLLM_NEURON_PARALLEL_COMPILE_WORKERS" in run["env"]
+    assert read_manifest(Path(report["builds"][0]["bundle"])).extra["vllm_neuron"]["plugin"] == "0.21.0.1.0.0"
+
+
+def test_an_image_not_on_this_machine_is_pulled_only_when_allowed(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_runtime.add_release_images(local=False)
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.33.0'")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 5, (report, err)
+    error = report["builds"][0]["error"]
+    assert "is not on this machine" in error["message"] and "NEURONC_PULL_IMAGES=1" in error["hint"]
+    assert not any("pull" in c.get("command", []) for c in fake_runtime.state()["calls"])
+    monkeypatch.setenv("NEURONC_PULL_IMAGES", "1")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    assert any(c.get("command", [])[:1] == ["pull"] for c in fake_runtime.state()["calls"])
+
+
+def test_an_image_that_does_not_ship_the_releases_versions_is_refused(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    image = find_release("2.32.0").images[0]  # type: ignore[union-attr]
+    fake_runtime.add_image(image.reference, {**image.packages, "neuronx-cc": "2.27.9999.0"})
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32.0'")
+    code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 5
+    error = report["builds"][0]["error"]
+    assert "does not hold the versions of Neuron SDK 2.32.0's image" in error["message"]
+    assert "neuronx-cc: expected 2.27.5334.0, the image has 2.27.9999.0" in error["details"]
+
+
+def test_a_release_without_an_image_is_refused_with_the_way_forward(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.33.1'")
+    code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 5
+    assert "no Deep Learning Container image of Neuron SDK 2.33.1" in report["builds"][0]["error"]["message"]
+
+
+def test_a_compile_that_dies_publishes_nothing(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_runtime.add_release_images()
+    monkeypatch.setenv("NEURONC_SDK_DOUBLE_FAIL", "vllm")
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
+    code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 3
+    error = report["builds"][0]["error"]
+    assert "RuntimeError: neuronx-cc terminated" in error["message"]
+    monkeypatch.delenv("NEURONC_SDK_DOUBLE_FAIL")
+    code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"), "--require-hit")
+    assert code == 6
+
+
+# -- compiling on a host with the SDK -----------------------------------------------------------------
+
+
+def test_on_a_host_with_the_plugin_the_installed_release_compiles_here(
+    tmp_path: Path, tiny_llama: Path, vllm_neuron_host: Any
+) -> None:
+    vllm_neuron_host("2.32.0")
+    backend = get_backend("vllm-neuron")
+    assert backend.availability().available
+    profile = write_profile(tmp_path, tiny_llama, target="trn3")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    manifest = read_manifest(Path(report["builds"][0]["bundle"]))
+    info = manifest.extra["vllm_neuron"]
+    assert info["runner"] == {"kind": "host", "release": "2.32.0", "plugin": "0.24.0.1.1.0"}
+    assert manifest.extra["neuron_sdk"]["chosen_by"] == "installed"
+    assert manifest.toolchain["vllm-neuron"] == "0.24.0.1.1.0" and "transformers" in manifest.toolchain
+    assert info["platform_target"] == "trn3" and info["logical_nc_config"] == 2
+
+
+def test_a_host_of_another_release_is_refused_when_the_profile_names_one(
+    tmp_path: Path, tiny_llama: Path, vllm_neuron_host: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vllm_neuron_host("2.31.1")
+    monkeypatch.setenv("NEURONC_VLLM_NEURON_RUNNER", "host")
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
+    code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 5
+    assert (
+        "asks for Neuron SDK 2.32; the toolchain installed here is SDK 2.31.1"
+        in report["builds"][0]["error"]["message"]
+    )
+
+
+def test_without_the_plugin_or_a_runtime_the_backend_says_what_to_install(vllm_neuron_host: Any) -> None:
+    availability = get_backend("vllm-neuron").availability()
+    assert not availability.available
+    assert "no container runtime (docker or podman) on PATH" in (availability.reason or "")
+    assert "docker or podman" in (availability.install_hint or "")
