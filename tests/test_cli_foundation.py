@@ -237,3 +237,34 @@ def test_root_help_before_a_command_lists_every_command(args: list[str], whole: 
         if whole
         else "Usage: neuronc compile" in proc.stdout
     )
+
+
+def test_a_ctrl_c_a_library_wraps_in_its_own_exception_is_still_an_interruption(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pydantic-core re-raises a KeyboardInterrupt that arrives while it builds a schema as a
+    SchemaError; that Ctrl-C must still end the run as one (exit 130, not a traceback and exit 1)."""
+    import os
+    import signal
+
+    import typer
+
+    from neuronc._output import out
+    from neuronc.cli._app import handle_errors
+
+    def body(json_out: bool = False) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            signal.pause() if hasattr(signal, "pause") else None  # the handler raises before this returns
+        except KeyboardInterrupt:
+            raise ValueError("Error building serializer: KeyboardInterrupt") from None
+
+    out.reset()
+    with pytest.raises(typer.Exit) as ended:
+        handle_errors(body)(json_out=True)
+    assert ended.value.exit_code == 130
+    document = json.loads(capsys.readouterr().out)
+    assert (document["exit_code"], document["error"]) == (130, "interrupted")
+    # Without an interruption, the same exception is a bug and propagates as one.
+    with pytest.raises(RuntimeError):
+        handle_errors(lambda json_out=False: (_ for _ in ()).throw(RuntimeError("bug")))(json_out=False)

@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from neuronc._output import out, to_json_text
-from neuronc.cli._signals import sigterm_as_interrupt
+from neuronc.cli._signals import interrupted, interrupts_recorded
 from neuronc.errors import EXIT_INTERRUPTED, InvalidInputError, NeuroncError
 
 # Typer 0.29 writes parameter types the way Python spells them ("{profiles}...", "<list[Path]>",
@@ -149,7 +149,7 @@ def handle_errors(func: F) -> F:
         if kwargs.get("json_out"):
             out.configure(json_mode=True)
         try:
-            with sigterm_as_interrupt():  # SIGTERM (docker stop, CI cancel, timeout) is handled like Ctrl-C
+            with interrupts_recorded():  # SIGTERM (docker stop, CI cancel, timeout) is handled like Ctrl-C
                 return func(*args, **kwargs)
         except NeuroncError as exc:
             if os.environ.get("NEURONC_DEBUG"):
@@ -160,6 +160,15 @@ def handle_errors(func: F) -> F:
         except KeyboardInterrupt:
             if out.json_mode:
                 out.error(Interrupted("interrupted"))  # the error document on stdout, "interrupted" on stderr
+            else:
+                out.info("interrupted")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception:
+            if not interrupted():
+                raise
+            # A Ctrl-C that a library turned into an exception of its own: still an interruption.
+            if out.json_mode:
+                out.error(Interrupted("interrupted"))
             else:
                 out.info("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None

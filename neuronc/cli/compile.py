@@ -10,7 +10,6 @@ import typer
 from neuronc._output import out
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
-from neuronc.cli._signals import sigterm_as_interrupt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ def compile_command(
         _announce(report)
 
     try:
-        with sigterm_as_interrupt(), out.progress() as sink:
+        with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
             compile_profiles(
                 profiles,
                 store=store,
