@@ -379,3 +379,74 @@ def test_signing_is_not_loaded_by_light_commands(bundle: Path) -> None:
     for args in (["--help"], ["inspect", str(bundle)], ["verify", str(bundle)], ["sign", "--help"]):
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False)
         assert proc.stdout.strip().splitlines()[-1] == "[]", (args, proc.stdout[-500:], proc.stderr[-500:])
+
+
+# -- compile --sign -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The compile pipeline's test backend and a tiny model; every real compile is logged."""
+    from _pipeline import write_tiny_llama
+    from plugins import pipeline_backend
+
+    pipeline_backend.register()
+    monkeypatch.setenv(pipeline_backend.COMPILE_LOG_ENV, str(tmp_path / "compiles.log"))
+    write_tiny_llama(tmp_path / "model")
+    yield tmp_path
+    pipeline_backend.unregister()
+
+
+def test_compile_sign_signs_the_stored_bundle_and_its_out_copy(runner: CliRunner, pipeline: Path, keys: Any) -> None:
+    from _pipeline import write_profile
+
+    profile = write_profile(pipeline / "p.yaml")
+    store = pipeline / "store"
+    # A key that cannot sign fails before anything is compiled.
+    bad = cli(runner, "compile", profile, "--store", store, "--sign", "--json", env={"NEURONC_SIGNING_KEY": "nope"})
+    assert bad.exit_code == 2, bad.output
+    assert as_json(bad)["error"]["error"] == "invalid_input"
+    assert not (pipeline / "compiles.log").exists()
+
+    env = {"NEURONC_SIGNING_KEY": str(keys.private)}
+    built = cli(runner, "compile", profile, "--store", store, "--out", pipeline / "o", "--sign", "--json", env=env)
+    assert built.exit_code == 0, built.output
+    data = as_json(built)
+    [signature] = data["signatures"]
+    bundle = Path(data["builds"][0]["bundle"])
+    assert signature["stored"] == str(bundle / SIGNATURE_NAME) and signature["out"] == str(pipeline / "o")
+    trust = TrustRoot("key", key=keys.public)
+    assert verify_signature(bundle, trust).verified and verify_signature(pipeline / "o", trust).verified
+    # A hit is signed too (a bundle compiled before signing was turned on gets its signature).
+    (bundle / SIGNATURE_NAME).unlink()
+    again = cli(runner, "compile", profile, "--store", store, "--sign", "--json", env=env)
+    assert again.exit_code == 0 and as_json(again)["builds"][0]["status"] == "hit"
+    assert verify_signature(bundle, trust).verified
+    # Without --sign the report has no signatures key (its documented shape is unchanged).
+    assert "signatures" not in as_json(cli(runner, "compile", profile, "--store", store, "--json"))
+
+
+@pytest.mark.s3
+def test_compile_sign_into_s3_stores_the_signature_for_other_hosts(
+    runner: CliRunner, pipeline: Path, keys: Any, s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _pipeline import write_profile
+    from _seaweedfs import use_server_and_make_bucket
+
+    bucket = use_server_and_make_bucket(s3_server, monkeypatch)
+    store = f"s3://{bucket}/signed"
+    profile = write_profile(pipeline / "p.yaml")
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(pipeline / "ci-cache"))
+    built = cli(
+        runner, "compile", profile, "--store", store, "--sign", "--json", env={"NEURONC_SIGNING_KEY": str(keys.private)}
+    )
+    assert built.exit_code == 0, built.output
+    assert as_json(built)["signatures"][0]["stored"].startswith(f"{store}/")
+    # Another host fetches it with its signature and checks it.
+    monkeypatch.setenv("NEURONC_REMOTE_CACHE", str(pipeline / "deploy-cache"))
+    key = as_json(built)["builds"][0]["config_hash"][:12]
+    env = {"NEURONC_REQUIRE_SIGNATURE": "1", "NEURONC_SIGNATURE_KEY": str(keys.public)}
+    fetched = cli(runner, "store", "fetch", key, "--store", store, "--out", pipeline / "b", "--json", env=env)
+    assert fetched.exit_code == 0, fetched.output
+    assert as_json(fetched)["signature"]["verified"] is True
+    assert model_signing_verify(pipeline / "b", "key", "--public_key", str(keys.public)).returncode == 0

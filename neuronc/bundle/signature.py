@@ -155,7 +155,8 @@ def parse_signature(raw: bytes, *, where: str = SIGNATURE_NAME) -> SignedContent
         resources[name] = f"{algorithm}:{digest}"
     certificates: list[bytes] = []
     if isinstance(material.get("publicKey"), dict):
-        method, signer = KEY, f"key {safe_text(material['publicKey'].get('hint'), 80)}"
+        # The hint is the SHA-256 of the public key (PEM): its first 16 digits name the key for people.
+        method, signer = KEY, f"key sha256:{safe_text(material['publicKey'].get('hint'), 80)[:16]}"
     elif isinstance(material.get("x509CertificateChain"), dict):
         chain = _field(material["x509CertificateChain"], "certificates", list, where)
         certificates = [_b64(c.get("rawBytes") if isinstance(c, dict) else None, where) for c in chain]

@@ -211,10 +211,11 @@ def _check_curve(key: Any, path: Path, what: str) -> None:
 
     if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey) and key.curve.name in CURVES:
         return
-    kind = f"EC {key.curve.name}" if hasattr(key, "curve") else type(key).__name__.lstrip("_").removesuffix("Key")
+    name = type(key).__name__.lstrip("_").removesuffix("PrivateKey").removesuffix("PublicKey")
+    kind = f"EC {key.curve.name}" if hasattr(key, "curve") else name
     raise InvalidInputError(
-        f"{safe_text(path)}: a {safe_text(kind)} {what}; model-signing signs with EC keys on P-256, P-384 "
-        "or P-521 only",
+        f"{safe_text(path)}: the {what} is {safe_text(kind)}; model-signing signs with EC keys on P-256, "
+        "P-384 or P-521 only",
         hint=KEY_HINT,
     )
 
