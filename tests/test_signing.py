@@ -266,6 +266,18 @@ def test_sigstore_signing_unreachable_is_exit_5(tmp_path: Path, bundle: Path) ->
     assert not (bundle / SIGNATURE_NAME).exists()
 
 
+def test_keyless_signing_without_an_identity_is_exit_2_not_a_wait(
+    runner: CliRunner, bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No token and no ambient CI credential, and no terminal for Sigstore's browser sign-in."""
+    for var in ("GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "CIRCLECI", "GOOGLE_SERVICE_ACCOUNT_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    result = cli(runner, "sign", bundle, "--sigstore", "--json")
+    assert result.exit_code == 2, result.output
+    assert "OIDC identity" in as_json(result)["message"] and "id-token: write" in as_json(result)["hint"]
+    assert not (bundle / SIGNATURE_NAME).exists()
+
+
 def test_a_sigstore_identity_does_not_accept_a_key_signature(runner: CliRunner, bundle: Path, keys: Any) -> None:
     sign_bundle(bundle, Signer.choose(key=keys.private))
     result = cli(runner, "verify", bundle, "--identity", "ci@example.com", "--issuer", "https://issuer.example")

@@ -171,9 +171,8 @@ def sign_bundle(bundle_dir: str | os.PathLike[str], signer: Signer, *, jobs: int
                 private_key=signer.key, signing_certificate=signer.certificate, certificate_chain=list(signer.chain)
             )
         else:
-            config.use_sigstore_signer(
-                identity_token=signer.identity_token, use_ambient_credentials=True, use_staging=signer.staging
-            )
+            token = _sigstore_identity(signer, shown)
+            config.use_sigstore_signer(identity_token=token, use_ambient_credentials=False, use_staging=signer.staging)
         with tempfile.TemporaryDirectory(prefix="neuronc-sign-") as tmp:
             made = Path(tmp) / SIGNATURE_NAME
             config.sign(root, made)
@@ -196,6 +195,28 @@ def sign_bundle(bundle_dir: str | os.PathLike[str], signer: Signer, *, jobs: int
         verified=False,
         signature=str(path),
     )
+
+
+def _sigstore_identity(signer: Signer, shown: str) -> str | None:
+    """The OIDC token to sign as: given, or the CI's ambient credential (GitHub Actions, GitLab, GCP ...).
+
+    None only at a terminal, where model-signing then runs Sigstore's browser sign-in; anywhere else
+    that sign-in would wait for ever, so no identity at all is exit 2.
+    """
+    import sys
+
+    if signer.identity_token:
+        return signer.identity_token
+    from sigstore.oidc import detect_credential
+
+    token = detect_credential()
+    if token is None and not sys.stdin.isatty():
+        raise InvalidInputError(
+            f"{shown}: keyless signing needs an OIDC identity, and there is none here",
+            hint=f"in CI, allow the job an identity token (GitHub Actions: `permissions: id-token: write`); "
+            f"or pass --identity-token / {IDENTITY_TOKEN_ENV}; or sign with a key",
+        )
+    return token
 
 
 def _signing_failure(exc: Exception, shown: str, signer: Signer) -> NeuroncError:

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from neuronc.store import BundleStore
 
 store_app = typer.Typer(
-    cls=NeuroncGroup, no_args_is_help=True, help="List, verify, remove and clean up bundles in a store."
+    cls=NeuroncGroup,
+    no_args_is_help=True,
+    help="List, fetch, publish, verify, remove and clean up bundles in a store.",
 )
 app.add_typer(store_app, name="store")
 
