@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import copy_bundle, read_manifest, verify_bundle
-from neuronc.bundle.signature import SIGNATURE_NAME, parse_signature
+from neuronc.bundle.signature import SIGNATURE_NAME, parse_signature, signature_limit
 from neuronc.bundle.signing import sign_bundle, verify_signature
 from neuronc.bundle.signing_material import Signer, TrustRoot
 from neuronc.cli import app
@@ -79,6 +79,8 @@ def test_sign_then_verify_with_a_key(runner: CliRunner, bundle: Path, keys: Any)
         f.path: f.sha256 for f in manifest.files
     }
     assert content.serialization["ignore_paths"] == [SIGNATURE_NAME]
+    # What a remote store may make a reader download for it is bounded by the manifest's files.
+    assert (bundle / SIGNATURE_NAME).stat().st_size < signature_limit(manifest) / 2
     # The signature is the one file the manifest cannot list: an unsigned check still passes.
     assert verify_bundle(bundle).ok
     assert cli(runner, "verify", bundle).exit_code == 0

@@ -39,6 +39,14 @@ CERTIFICATE = "certificate"
 SIGSTORE = "sigstore"
 
 
+def signature_limit(manifest: Manifest) -> int:
+    """The most bytes an honest signature of this manifest's files can have: each file is one entry
+    of its path, algorithm and digest (about 120 bytes of JSON besides the path), base64-encoded
+    (4/3) in the envelope, plus the certificates. What a remote store may make a reader download."""
+    entries = sum(len(f.path.encode("utf-8")) + 160 for f in manifest.files) + 200
+    return min(MAX_SIGNATURE_BYTES, 64 * 1024 + 2 * entries)
+
+
 def read_signature(bundle_dir: str | os.PathLike[str]) -> bytes | None:
     """The bytes of the bundle's signature file, or None when it has none.
 
@@ -75,18 +83,24 @@ def read_signature(bundle_dir: str | os.PathLike[str]) -> bytes | None:
 
 
 def write_signature(bundle_dir: str | os.PathLike[str], data: bytes) -> Path:
-    """Put ``data`` in the bundle as its signature file, atomically (a reader sees the old one or the new one)."""
-    from neuronc.fsutil import atomic_write_bytes
+    """Put ``data`` in the bundle as its signature file, atomically (a reader sees the old one or the new one).
+
+    A bundle that cannot be written (read-only, no permission) is exit 2 naming it; a full disk exit 5.
+    """
+    from neuronc.fsutil import atomic_write_bytes, output_error
 
     target = Path(bundle_dir) / SIGNATURE_NAME
     try:
-        info = os.lstat(target)
-    except FileNotFoundError:
-        info = None
-    if info is not None and not stat.S_ISREG(info.st_mode):
-        # What a store handed over may have planted a link here: replace it, never write through it.
-        os.unlink(target)
-    atomic_write_bytes(target, data)
+        try:
+            info = os.lstat(target)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            # What a store handed over may have planted a link here: replace it, never write through it.
+            os.unlink(target)
+        atomic_write_bytes(target, data)
+    except OSError as exc:  # a full disk is already a DiskFullError (exit 5) from atomic_write_bytes
+        raise output_error(target, exc, what="the signature") from None
     return target
 
 
@@ -230,5 +244,6 @@ __all__ = [
     "parse_signature",
     "read_signature",
     "remove_signature",
+    "signature_limit",
     "write_signature",
 ]

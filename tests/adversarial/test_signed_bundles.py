@@ -28,7 +28,7 @@ from _seaweedfs import SeaweedFS, use_server_and_make_bucket
 from _signing import KeyPair, ec_key, model_signing_verify
 
 from neuronc.bundle import read_manifest
-from neuronc.bundle.signature import SIGNATURE_NAME
+from neuronc.bundle.signature import SIGNATURE_NAME, signature_limit
 from neuronc.bundle.signing import sign_bundle
 from neuronc.bundle.signing_material import Signer
 
@@ -220,7 +220,14 @@ def _refused_on_a_fresh_host(root: Path, key: KeyPair, store: str, url: str, kin
 def test_signed_bundle_altered_in_s3_is_refused_and_the_untouched_one_passes(
     tmp_path: Path, bucket: str, key: KeyPair
 ) -> None:
-    cases = ("untouched", "manifest re-sealed", "manifest re-sealed, signature copied", "file swapped", "object bytes")
+    cases = (
+        "untouched",
+        "manifest re-sealed",
+        "manifest re-sealed, signature copied",
+        "file swapped",
+        "object bytes",
+        "signature oversized",
+    )
     fs = _s3()
     for i, case in enumerate(cases):
         store = f"s3://{bucket}/case{i}"
@@ -254,6 +261,11 @@ def test_signed_bundle_altered_in_s3_is_refused_and_the_untouched_one_passes(
             continue
 
         manifest = json.loads(raw)
+        if case == "signature oversized":  # a reader downloads no more than an honest signature can have
+            fs.pipe_file(signature_path, b"{" + b" " * (signature_limit(read_manifest(bundle)) + 10) + b"}")
+            _refused_on_a_fresh_host(deploy_host, key, store, url, {"signature_invalid"})
+            assert (deploy_host / "b" / SIGNATURE_NAME).stat().st_size == signature_limit(read_manifest(bundle)) + 1
+            continue
         if case == "object bytes":
             victim = next(f for f in manifest["files"] if f["path"] == "artifacts/model.pt")
             sha = victim["sha256"]

@@ -55,12 +55,12 @@ def materialize(store: RemoteStore, rel: str, manifest: Manifest, raw: bytes) ->
 
     dest = store.cache.root / rel
     if _same_manifest(dest, raw):
-        sync_signature(store.io, rel, raw, dest)  # signed (or re-signed) since it was fetched
+        sync_signature(store.io, rel, manifest, raw, dest)  # signed (or re-signed) since it was fetched
         return dest
-    signature = read_stored_signature(store.io, rel, raw)
+    signature = read_stored_signature(store.io, rel, manifest, raw)
     with store.cache.lock(manifest.config_hash, manifest.toolchain_key):
         if _same_manifest(dest, raw):
-            sync_signature(store.io, rel, raw, dest)
+            sync_signature(store.io, rel, manifest, raw, dest)
             return dest
         wanted = {f.sha256: f for f in manifest.files}
         todo = [entry for sha, entry in sorted(wanted.items()) if not _cached(store, sha, entry.size)]

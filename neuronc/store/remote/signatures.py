@@ -19,7 +19,8 @@ import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from neuronc.bundle.signature import MAX_SIGNATURE_BYTES, read_signature, remove_signature, write_signature
+from neuronc.bundle import Manifest
+from neuronc.bundle.signature import read_signature, remove_signature, signature_limit, write_signature
 from neuronc.errors import SignatureError
 
 if TYPE_CHECKING:
@@ -33,15 +34,16 @@ def signature_rel(rel: str, manifest_raw: bytes) -> str:
     return f"{rel}/{SIGNATURES_DIR}/{hashlib.sha256(manifest_raw).hexdigest()}.sig"
 
 
-def read_stored_signature(io: RemoteIO, rel: str, manifest_raw: bytes) -> bytes | None:
-    """The stored signature of this manifest, or None. Reads at most one byte more than any signature
-    may have: a larger file reaches the local copy as it is, where ``read_signature`` refuses it."""
+def read_stored_signature(io: RemoteIO, rel: str, manifest: Manifest, manifest_raw: bytes) -> bytes | None:
+    """The stored signature of this manifest, or None. Reads no more than an honest signature of its
+    files can have (``signature_limit``): a larger file reaches the local copy cut short, where it
+    fails to parse, and the bundle counts as wrongly signed."""
     found = io.call(
         "reading the signature",
         "cat_file",
         io.path(signature_rel(rel, manifest_raw)),
         start=0,
-        end=MAX_SIGNATURE_BYTES + 1,
+        end=signature_limit(manifest) + 1,
         missing_ok=True,
     )
     return found if isinstance(found, bytes) else None
@@ -54,9 +56,9 @@ def upload_signature(io: RemoteIO, rel: str, manifest_raw: bytes, data: bytes) -
     return f"{io.url.url}/{path}"
 
 
-def sync_signature(io: RemoteIO, rel: str, manifest_raw: bytes, bundle: Path) -> None:
+def sync_signature(io: RemoteIO, rel: str, manifest: Manifest, manifest_raw: bytes, bundle: Path) -> None:
     """Make the local copy's ``bundle.sig`` the stored signature of its manifest (none: no file)."""
-    stored = read_stored_signature(io, rel, manifest_raw)
+    stored = read_stored_signature(io, rel, manifest, manifest_raw)
     if stored is None:
         remove_signature(bundle)
         return

@@ -366,8 +366,8 @@ class RemoteStore(BundleStore):
     def publish_signature(self, bundle_dir: str | os.PathLike[str]) -> str | None:
         """Upload the signature of a local copy of a stored bundle (same manifest bytes); its URL, or None."""
         bundle = Path(bundle_dir)
-        signature = read_signature(bundle)
         raw = read_manifest_bytes(bundle)
+        signature = read_signature(bundle)
         manifest = parse_manifest(raw, where=f"{bundle}/{MANIFEST_NAME}")
         rel = self.bundle_rel(manifest)
         stored = self.read_remote_manifest(rel)
