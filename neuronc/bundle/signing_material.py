@@ -84,6 +84,8 @@ class Signer:
             if key or certificate or chain:
                 raise InvalidInputError(f"keyless (Sigstore) signing takes no key or certificate ({origin})")
             return cls(SIGSTORE, identity_token=token, staging=staging)
+        if identity_token or staging:
+            raise InvalidInputError("--identity-token and --sigstore-staging go with --sigstore")
         if key is None:
             raise InvalidInputError(
                 "nothing to sign with: give a private key, a certificate and its key, or Sigstore",
