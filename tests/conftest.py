@@ -27,6 +27,10 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("COLUMNS", "200")
     for var in ("NEURON_CC_FLAGS", "NEURONC_DEBUG", "CUSTOM_CACHE_REPO", "HF_ENDPOINT", "HF_TOKEN"):
         monkeypatch.delenv(var, raising=False)
+    signing = ("REQUIRE_SIGNATURE", "SIGNATURE_KEY", "SIGNATURE_CERT", "SIGNATURE_IDENTITY", "SIGNATURE_ISSUER")
+    signing += ("SIGNING_KEY", "SIGNING_CERT", "SIGNING_CHAIN", "SIGNING_SIGSTORE", "SIGNING_KEY_PASSWORD")
+    for var in (*(f"NEURONC_{name}" for name in signing), "SIGSTORE_IDENTITY_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
     out.reset()
     yield
     out.reset()

@@ -23,6 +23,7 @@ _COMMAND_MODULES = (
     "backends",
     "compile",
     "inspect",
+    "sign",
     "store",
     "split",
     "run",

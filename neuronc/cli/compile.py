@@ -37,6 +37,14 @@ ReportOpt = Annotated[
     Path | None,
     typer.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
 ]
+SignOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sign",
+        help="Sign each bundle once it is in the store (and its --out copy), with the key, certificate or "
+        "Sigstore identity NEURONC_SIGNING_KEY / _CERT / _SIGSTORE names (docs/bundles.md).",
+    ),
+]
 RequireHitOpt = Annotated[
     bool,
     typer.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
@@ -58,6 +66,7 @@ def compile_command(
     only: OnlyOpt = None,
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
+    sign: SignOpt = False,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -66,12 +75,16 @@ def compile_command(
 
     out.configure(json_mode=json_out, wide=wide)
     reports: list[Any] = []
+    signatures: list[dict[str, Any]] = []
 
     def on_report(report: Any) -> None:
         reports.append(report)
         _announce(report)
 
     try:
+        from neuronc.cli._signing import sign_built, signer_from_environment
+
+        signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
         with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
             compile_profiles(
                 profiles,
@@ -84,6 +97,8 @@ def compile_command(
                 on_report=on_report,
                 log=out.info,
             )
+        if signer is not None:
+            signatures = sign_built(reports, signer, store)
     except KeyboardInterrupt:
         data = run_report(reports, interrupted=True)
         _write_report(report_path, data)
@@ -102,6 +117,8 @@ def compile_command(
             raise typer.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
+    if sign:
+        data["signatures"] = signatures
     _write_report(report_path, data)
     out.result(data, lambda: _render(reports))
     for report in reports:

@@ -10,6 +10,7 @@ import typer
 from neuronc._output import out
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
+from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 _EPILOG = (
     "Examples: neuronc deploy ./bundle --for vllm · "
@@ -52,13 +53,22 @@ def deploy_command(
     ] = None,
     role_arn: Annotated[str | None, typer.Option("--role-arn", help="SageMaker: execution role ARN.")] = None,
     region: Annotated[str, typer.Option("--region", help="SageMaker: AWS region of the endpoint.")] = "us-east-1",
+    require_signature: RequireSignatureOpt = False,
+    key: TrustKeyOpt = None,
+    certificate: TrustCertOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write what a serving stack needs to run this bundle, every shape, size and version from its manifest."""
+    from neuronc.cli._signing import check_signature, trust_for
     from neuronc.deploy import DeployOptions, parse_stack, render, write
 
     out.configure(json_mode=json_out)
     chosen = parse_stack(stack)
+    # Before anything is read from the manifest into a serving file: a refused bundle leaves nothing behind.
+    trust = trust_for(flag=require_signature, key=key, certificates=certificate, identity=identity, issuer=issuer)
+    signed = check_signature(bundle, trust)
     options = DeployOptions(
         bundle_path=bundle_path,
         instance_type=instance_type,
@@ -80,6 +90,7 @@ def deploy_command(
         "image": rendered.image,
         "files": [{"path": str(p), "what": f.what} for p, f in pairs],
         "notes": list(rendered.notes),
+        "signature": signed.to_json() if signed else None,
     }
 
     def render_text() -> None:
@@ -91,6 +102,8 @@ def deploy_command(
             out.print(f"image: {escape(rendered.image)}")
         for note in rendered.notes:
             out.print(f"[yellow]note:[/yellow] {escape(note)}")
+        if signed is not None:
+            out.print(f"signature: verified, signed by {escape(signed.signer)}")
 
     out.result(data, render_text)
     out.success(f"wrote {len(written)} file(s) for {chosen.value} to {target}")

@@ -107,6 +107,19 @@ class BundleStore(ABC):
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Copy a complete bundle into the store, checking it first (exit 4 if it is damaged)."""
 
+    @abstractmethod
+    def publish_signature(self, bundle_dir: str | os.PathLike[str]) -> str | None:
+        """Store the signature of a local copy of a stored bundle (``bundle.sig``) with the stored bundle.
+
+        The stored bundle is the one with the same manifest bytes; returns where the signature now
+        is, or None when the copy has no signature or the store has no such bundle.
+        """
+
+    @abstractmethod
+    def fetch(self, key: str) -> Path:
+        """The one bundle ``key`` names as a local directory, with its signature if it has one
+        (a remote store downloads and verifies it into its cache). Exit 2 if the key names none or several."""
+
     # -- maintenance ----------------------------------------------------------------------------
     @abstractmethod
     def list(self) -> builtins.list[StoreEntry]:
