@@ -4,9 +4,10 @@
     python scripts/gen_cli_reference.py --check   # exit 1, with a diff, if docs/cli.md is stale
 
 tests/docs/test_cli_reference.py runs the check, so a flag or a help text changed without
-refreshing the page fails the suite. The page has the layout of Typer's `utils docs`, which wrote it
-while neuronc's CLI was built on Typer; every piece comes from Click's public API (usage pieces,
-help records, short help), so it says what `--help` says.
+refreshing the page fails the suite. Hand-written because Click has no Markdown generator; the
+layout is that of Typer's `utils docs`, which wrote the page while the CLI was built on Typer.
+Every piece comes from Click's public API (usage pieces, help records, short help), so the page
+says what `--help` says.
 """
 
 from __future__ import annotations

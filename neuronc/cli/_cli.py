@@ -6,8 +6,8 @@ turns the signature into ``click.Option`` and ``click.Argument`` objects when th
 looked up (Click's documented lazy-loading hooks, ``Group.list_commands`` / ``Group.get_command``),
 so a run builds only the command it runs.
 
-Why hand-written: Click has no signature-based declaration, and Typer, which did this for neuronc
-until 0.1, cannot be used through its public API alone. Typer 0.29 builds a pydantic
+Why hand-written: Click has no signature-based declaration, and Typer, which built neuronc's
+commands before, cannot be used through its public API alone. Typer 0.29 builds a pydantic
 ``TypeAdapter`` for every parameter of every run (about 0.1 s of pydantic import for commands that
 read no profile), its public API cannot set the usage and help format (it prints
 ``{PROFILES}...`` and ``<list[Path]>``), and since 0.26 it vendors Click and calls using Click
@@ -75,11 +75,15 @@ class Option(_Parameter):
     def __init__(
         self,
         *decls: str,
+        help: str | None = None,
+        metavar: str | None = None,
+        show_default: bool | str = True,
+        min: float | None = None,
+        max: float | None = None,
         callback: Callable[[Any], Any] | None = None,
         is_eager: bool = False,
-        **settings: Any,
     ) -> None:
-        super().__init__(**settings)
+        super().__init__(help=help, metavar=metavar, show_default=show_default, min=min, max=max)
         self.decls = decls
         self.callback = callback
         self.is_eager = is_eager
@@ -108,7 +112,7 @@ def _click_type(annotation: Any, marker: _Parameter) -> click.ParamType[Any]:
         if marker.min is None and marker.max is None:
             return click.INT if annotation is int else click.FLOAT
         if annotation is int:
-            return _IntRange(min=None if marker.min is None else int(marker.min), max=_int_or_none(marker.max))
+            return _IntRange(min=_int_or_none(marker.min), max=_int_or_none(marker.max))
         return _FloatRange(min=marker.min, max=marker.max)
     if annotation is str:
         return click.STRING
@@ -238,11 +242,12 @@ def parameters(func: Callable[..., Any]) -> list[click.Parameter]:
             continue
         if base is not bool and marker.metavar is None and base in _METAVARS:
             settings["metavar"] = _METAVARS[base]
+        # is_flag=None, not False, for a value: Click 8.5 reads an explicit False on an option with no
+        # default as "the value may be left out", and then takes `--prompt -2` for the option -2.
         built.append(
             click.Option(
                 [name, *(marker.decls or [f"--{name.replace('_', '-')}"])],
-                is_flag=True if base is bool else None,  # is_flag=False would make Click 8.5 take a value-less option's
-                # next token for another option when it has no default ("--prompt -2": "No such option '-2'")
+                is_flag=True if base is bool else None,
                 multiple=many,
                 is_eager=marker.is_eager,
                 **settings,
