@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _demo import Demo, compile_demo
 from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 

@@ -11,9 +11,9 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from test_startup import HEAVY, _imported_modules
 from test_tables import unbroken, words_of
-from typer.testing import CliRunner
 
 from neuronc.cli import app
 from neuronc.data import shipped_files, shipped_profiles

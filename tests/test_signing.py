@@ -22,9 +22,9 @@ import pytest
 pytest.importorskip("model_signing", reason="the sign extra (model-signing, pyopenssl) is not installed")
 
 from _signing import SIGNER_EMAIL, ca_chain, ec_key, model_signing_verify, other_key
+from click.testing import CliRunner
 from plugins.fake_backend import NAME, build_bundle, register
 from plugins.registry import unregister_backend
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import copy_bundle, read_manifest, verify_bundle

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 
 if TYPE_CHECKING:
     from neuronc.bundle.signing import SignatureReport, Signer
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
 
 SignatureFlag = Annotated[
     bool,
-    typer.Option(
+    cli.Option(
         "--signature",
         help="Also check the bundle's signature (exit 4 if it is unsigned or does not verify). "
         "Implied by --key, --certificate, --identity and by NEURONC_REQUIRE_SIGNATURE=1.",
@@ -31,7 +30,7 @@ SignatureFlag = Annotated[
 ]
 RequireSignatureOpt = Annotated[
     bool,
-    typer.Option(
+    cli.Option(
         "--require-signature",
         help="Refuse a bundle that is unsigned or whose signature does not verify (exit 4). "
         "Also NEURONC_REQUIRE_SIGNATURE=1; implied by --key, --certificate, --identity.",
@@ -39,7 +38,7 @@ RequireSignatureOpt = Annotated[
 ]
 TrustKeyOpt = Annotated[
     Path | None,
-    typer.Option(
+    cli.Option(
         "--key",
         help="Trust signatures made with this EC public key (PEM). Default: $NEURONC_SIGNATURE_KEY.",
         show_default=False,
@@ -47,7 +46,7 @@ TrustKeyOpt = Annotated[
 ]
 TrustCertOpt = Annotated[
     list[Path] | None,
-    typer.Option(
+    cli.Option(
         "--certificate",
         help="Trust signing certificates issued under this root CA certificate (PEM); repeatable. "
         "Default: $NEURONC_SIGNATURE_CERT.",
@@ -56,7 +55,7 @@ TrustCertOpt = Annotated[
 ]
 IdentityOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--identity",
         help="Sigstore: the signer identity to trust (e-mail, or workflow URI); with --certificate: "
         "the name the signing certificate must carry. Default: $NEURONC_SIGNATURE_IDENTITY.",
@@ -65,7 +64,7 @@ IdentityOpt = Annotated[
 ]
 IssuerOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--issuer",
         help="Sigstore: the OIDC issuer of --identity (e.g. https://token.actions.githubusercontent.com). "
         "Default: $NEURONC_SIGNATURE_ISSUER.",
@@ -73,7 +72,7 @@ IssuerOpt = Annotated[
     ),
 ]
 StagingOpt = Annotated[
-    bool, typer.Option("--sigstore-staging", help="Use Sigstore's staging instance (for testing keyless signing).")
+    bool, cli.Option("--sigstore-staging", help="Use Sigstore's staging instance (for testing keyless signing).")
 ]
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
 
 OutDirOpt = Annotated[
     Path | None,
-    typer.Option(
+    cli.Option(
         "--out",
         "-o",
         help="Also copy the bundle here (the bundle itself for one build; one sub-directory per bundle for several).",
@@ -25,21 +24,19 @@ OutDirOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", min=1, help="Graphs compiled in parallel. Default: the number of cores."),
+    cli.Option("--jobs", "-j", min=1, help="Graphs compiled in parallel. Default: the number of cores."),
 ]
 OnlyOpt = Annotated[
     list[str] | None,
-    typer.Option(
-        "--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."
-    ),
+    cli.Option("--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."),
 ]
 ReportOpt = Annotated[
     Path | None,
-    typer.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
+    cli.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
 ]
 SignOpt = Annotated[
     bool,
-    typer.Option(
+    cli.Option(
         "--sign",
         help="Sign each bundle once it is in the store (and its --out copy), with the key, certificate or "
         "Sigstore identity NEURONC_SIGNING_KEY / _CERT / _SIGSTORE names (docs/bundles.md).",
@@ -47,7 +44,7 @@ SignOpt = Annotated[
 ]
 RequireHitOpt = Annotated[
     bool,
-    typer.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
+    cli.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
 ]
 
 _EPILOG = (
@@ -106,7 +103,7 @@ def compile_command(
             # --json: the report (interrupted: true, exit_code 130) is the one document on stdout.
             out.result(data)
             out.info("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(EXIT_INTERRUPTED) from None
         raise
     except NeuroncError as exc:
         # The report keeps its shape on a failure before (or between) builds: builds so far + error.
@@ -114,7 +111,7 @@ def compile_command(
         _write_report(report_path, data)
         if out.json_mode:
             out.result(data)
-            raise typer.Exit(exc.exit_code) from None
+            raise cli.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
     if sign:
@@ -124,7 +121,7 @@ def compile_command(
     for report in reports:
         _print_failure(report)
     if data["exit_code"]:
-        raise typer.Exit(data["exit_code"])
+        raise cli.Exit(data["exit_code"])
 
 
 def _announce(report: BuildReport) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
@@ -21,38 +20,38 @@ _EPILOG = (
 
 @command(name="deploy", epilog=_EPILOG)
 def deploy_command(
-    bundle: Annotated[Path, typer.Argument(help="A bundle directory.", show_default=False)],
+    bundle: Annotated[Path, cli.Argument(help="A bundle directory.", show_default=False)],
     stack: Annotated[
         str,
-        typer.Option(
+        cli.Option(
             "--for", metavar="STACK", help="The serving stack: vllm, tgi, torchserve or sagemaker.", show_default=False
         ),
     ],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write the files. Default: ./deploy-<stack>.")
+        Path | None, cli.Option("--out", "-o", help="Where to write the files. Default: ./deploy-<stack>.")
     ] = None,
     bundle_path: Annotated[
         str | None,
-        typer.Option("--bundle-path", help="The bundle's path on the serving host. Default: BUNDLE, absolute."),
+        cli.Option("--bundle-path", help="The bundle's path on the serving host. Default: BUNDLE, absolute."),
     ] = None,
     instance_type: Annotated[
         str | None,
-        typer.Option("--instance-type", help="Instance type. Default: the smallest with tp_degree NeuronCores."),
+        cli.Option("--instance-type", help="Instance type. Default: the smallest with tp_degree NeuronCores."),
     ] = None,
     replicas: Annotated[
         int | None,
-        typer.Option("--replicas", min=1, help="Compose targets: data-parallel replicas. Default: all that fit."),
+        cli.Option("--replicas", min=1, help="Compose targets: data-parallel replicas. Default: all that fit."),
     ] = None,
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port clients connect to.")] = 8080,
+    port: Annotated[int, cli.Option("--port", min=1, max=65535, help="Port clients connect to.")] = 8080,
     image: Annotated[
         str | None,
-        typer.Option("--image", help="Container image instead of the one the bundle's versions pick."),
+        cli.Option("--image", help="Container image instead of the one the bundle's versions pick."),
     ] = None,
     s3_uri: Annotated[
-        str | None, typer.Option("--s3-uri", help="SageMaker: the S3 prefix the bundle directory is uploaded to.")
+        str | None, cli.Option("--s3-uri", help="SageMaker: the S3 prefix the bundle directory is uploaded to.")
     ] = None,
-    role_arn: Annotated[str | None, typer.Option("--role-arn", help="SageMaker: execution role ARN.")] = None,
-    region: Annotated[str, typer.Option("--region", help="SageMaker: AWS region of the endpoint.")] = "us-east-1",
+    role_arn: Annotated[str | None, cli.Option("--role-arn", help="SageMaker: execution role ARN.")] = None,
+    region: Annotated[str, cli.Option("--region", help="SageMaker: AWS region of the endpoint.")] = "us-east-1",
     require_signature: RequireSignatureOpt = False,
     key: TrustKeyOpt = None,
     certificate: TrustCertOpt = None,

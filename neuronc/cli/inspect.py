@@ -10,9 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.cli._signing import (
@@ -26,17 +25,17 @@ from neuronc.cli._signing import (
 )
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
-BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
+BundleArg = Annotated[Path, cli.Argument(help="Bundle directory.", show_default=False)]
 BundleOrUrlArg = Annotated[
     str,
-    typer.Argument(help="Bundle directory, or a bundle's URL in a remote store (s3://, hf://).", show_default=False),
+    cli.Argument(help="Bundle directory, or a bundle's URL in a remote store (s3://, hf://).", show_default=False),
 ]
 JobsOpt = Annotated[
-    int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
+    int | None, cli.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
 ]
 AgainstEnvOpt = Annotated[
     bool,
-    typer.Option(
+    cli.Option(
         "--against-env", help="Compare the bundle's toolchain with what is installed here (exit 5 if incompatible)."
     ),
 ]
@@ -51,7 +50,7 @@ VerifyCheck = Callable[[Path, Any], dict[str, Any]]
 @command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
 def inspect_command(
     bundle: BundleArg,
-    verify: Annotated[bool, typer.Option("--verify", help="Recompute every hash (exit 4 on any problem).")] = False,
+    verify: Annotated[bool, cli.Option("--verify", help="Recompute every hash (exit 4 on any problem).")] = False,
     against_env: AgainstEnvOpt = False,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
@@ -85,7 +84,7 @@ def verify_command(
     against_env: AgainstEnvOpt = False,
     accuracy: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--accuracy",
             help="Also run the bundle and the Hugging Face eager model on the same prompts and compare tokens "
             "and per-step logits (exit 4 on divergence). Needs the bundle's runtime (the cpu extra for inductor).",
@@ -93,11 +92,11 @@ def verify_command(
     ] = False,
     prompts: Annotated[
         Path | None,
-        typer.Option("--prompts", help="Prompts for --accuracy: a text file, one prompt per line."),
+        cli.Option("--prompts", help="Prompts for --accuracy: a text file, one prompt per line."),
     ] = None,
     tol: Annotated[
         float | None,
-        typer.Option("--tol", min=0.0, help="Max |Δlogit| allowed by --accuracy (default 1e-3 fp32, 0.1 bf16)."),
+        cli.Option("--tol", min=0.0, help="Max |Δlogit| allowed by --accuracy (default 1e-3 fp32, 0.1 bf16)."),
     ] = None,
     signature: SignatureFlag = False,
     key: TrustKeyOpt = None,
@@ -275,7 +274,7 @@ def _finish(data: dict[str, Any], render: Callable[[], None], failure: NeuroncEr
     out.result(data)
     out.json_mode = False
     out.error(failure)
-    raise typer.Exit(failure.exit_code)
+    raise cli.Exit(failure.exit_code)
 
 
 # -- rendering ------------------------------------------------------------------------------------

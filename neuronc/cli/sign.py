@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.cli._signing import StagingOpt, render_signature, sign_and_store
@@ -20,10 +19,10 @@ from neuronc.cli._signing import StagingOpt, render_signature, sign_and_store
     "neuronc sign ./bundle --sigstore (in CI with an OIDC identity). See docs/bundles.md.",
 )
 def sign_command(
-    bundle: Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)],
+    bundle: Annotated[Path, cli.Argument(help="Bundle directory.", show_default=False)],
     key: Annotated[
         Path | None,
-        typer.Option(
+        cli.Option(
             "--key",
             help="EC private key (PEM; P-256, P-384 or P-521). Encrypted: set NEURONC_SIGNING_KEY_PASSWORD. "
             "Default: $NEURONC_SIGNING_KEY.",
@@ -32,7 +31,7 @@ def sign_command(
     ] = None,
     certificate: Annotated[
         Path | None,
-        typer.Option(
+        cli.Option(
             "--certificate",
             help="Sign as this certificate (PEM) whose private key is --key. Default: $NEURONC_SIGNING_CERT.",
             show_default=False,
@@ -40,7 +39,7 @@ def sign_command(
     ] = None,
     chain: Annotated[
         list[Path] | None,
-        typer.Option(
+        cli.Option(
             "--chain",
             help="With --certificate: the CA certificates that issued it (PEM); repeatable. "
             "Default: $NEURONC_SIGNING_CHAIN.",
@@ -49,7 +48,7 @@ def sign_command(
     ] = None,
     sigstore: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--sigstore",
             help="Sign keyless with Sigstore: an OIDC identity (ambient CI credentials, or --identity-token); "
             "needs the network. Default: NEURONC_SIGNING_SIGSTORE=1.",
@@ -57,7 +56,7 @@ def sign_command(
     ] = False,
     identity_token: Annotated[
         str | None,
-        typer.Option(
+        cli.Option(
             "--identity-token",
             help="With --sigstore: the OIDC token to sign as. Default: $SIGSTORE_IDENTITY_TOKEN, else ambient.",
             show_default=False,
@@ -66,7 +65,7 @@ def sign_command(
     staging: StagingOpt = False,
     store: Annotated[
         str | None,
-        typer.Option(
+        cli.Option(
             "--store",
             metavar="DIR|URL",
             help="Also store the signature with this bundle in the store that holds it.",
@@ -74,7 +73,7 @@ def sign_command(
         ),
     ] = None,
     jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
+        int | None, cli.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -5,27 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from neuronc._output import out
-from neuronc.cli._app import NeuroncGroup, app, command
+from neuronc.cli import _cli as cli
+from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt, StoreOpt
 from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 if TYPE_CHECKING:
     from neuronc.store import BundleStore
 
-store_app = typer.Typer(
-    cls=NeuroncGroup,
+store_app = cli.Group(
     no_args_is_help=True,
     help="List, fetch, publish, verify, remove and clean up bundles in a store.",
 )
-app.add_typer(store_app, name="store")
+app.add_command(store_app, name="store")
 
 KeyArg = Annotated[
-    str, typer.Argument(help="Config-hash prefix (4+ hex), HASH@TOOLCHAIN prefix, or store-relative path.")
+    str, cli.Argument(help="Config-hash prefix (4+ hex), HASH@TOOLCHAIN prefix, or store-relative path.")
 ]
-AllOpt = Annotated[bool, typer.Option("--all", help="Act on every bundle the key matches.")]
+AllOpt = Annotated[bool, cli.Option("--all", help="Act on every bundle the key matches.")]
 
 
 def _open(store: str | None, *, existing: bool = True) -> BundleStore:
@@ -135,14 +133,14 @@ def verify_command(
     key: KeyArg,
     repair: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--repair",
             help="Mend a damaged bundle: upload good copies of its damaged files again (from --from or this "
             "host's cache), or else drop it so the next compile rebuilds it.",
         ),
     ] = False,
     source: Annotated[
-        Path | None, typer.Option("--from", help="With --repair: a local copy of the bundle to take good files from.")
+        Path | None, cli.Option("--from", help="With --repair: a local copy of the bundle to take good files from.")
     ] = None,
     store: StoreOpt = None,
     json_out: JsonOpt = False,
@@ -192,10 +190,10 @@ def verify_command(
 
 @command(store_app, name="publish", epilog="Example: neuronc store publish ./bundle --store s3://bucket/bundles")
 def publish_command(
-    bundle: Annotated[Path, typer.Argument(help="A complete bundle directory.", show_default=False)],
+    bundle: Annotated[Path, cli.Argument(help="A complete bundle directory.", show_default=False)],
     sign: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--sign",
             help="Sign the bundle first (BUNDLE/bundle.sig), with what NEURONC_SIGNING_KEY / _CERT / _SIGSTORE "
             "names; the signature is stored with it.",
@@ -232,7 +230,7 @@ def fetch_command(
     key: KeyArg,
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Copy the bundle here (replacing a bundle there, never other data)."),
+        cli.Option("--out", "-o", help="Copy the bundle here (replacing a bundle there, never other data)."),
     ] = None,
     require_signature: RequireSignatureOpt = False,
     trust_key: TrustKeyOpt = None,

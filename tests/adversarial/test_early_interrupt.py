@@ -1,6 +1,6 @@
 """Ctrl-C in the first moments of a run ends it like Ctrl-C later: exit 130, ``interrupted``, one JSON document.
 
-Importing the command line (Typer, rich, the command modules) takes a tenth of a second or more; a
+Importing the command line (Click, rich, the command modules) takes a tenth of a second or more; a
 SIGINT then used to surface as a KeyboardInterrupt traceback from whatever module was loading, the
 process killed by the signal and no ``--json`` document. ``neuronc.__main__`` now holds SIGINT back
 while it imports and ends the run at once afterwards; argument parsing is covered the same way.

@@ -193,19 +193,19 @@ def test_the_environment_changes_neither_exit_code_nor_document(ws: Workspace, c
 
 def _json_commands() -> list[tuple[str, ...]]:
     """Every command of the CLI that takes --json, found from the application itself."""
-    import typer.main
+    import click
 
     found: list[tuple[str, ...]] = []
 
-    def walk(command: object, path: tuple[str, ...]) -> None:
-        subcommands = getattr(command, "commands", None)
-        if subcommands:
-            for name, sub in subcommands.items():
-                walk(sub, (*path, name))
-        elif any("--json" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
+    def walk(command: click.Command | None, path: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), (*path, name))
+        elif command is not None and any("--json" in getattr(p, "opts", ()) for p in command.params):
             found.append(path)
 
-    walk(typer.main.get_command(app), ())
+    walk(app, ())
     return found
 
 
