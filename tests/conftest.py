@@ -44,37 +44,21 @@ def repo_root() -> Path:
 
 @pytest.fixture(autouse=True)
 def _restore_backend_registry() -> Iterator[None]:
-    """Test plugin backends registered by one test never leak into the next."""
-    from neuronc.backends import _entry_points, get_backend
+    """Test plugin backends registered by one test never leak into the next (tests/plugins/registry.py)."""
+    from plugins.registry import registered, restore
 
-    before = dict(_entry_points())
+    before = registered()
     yield
-    registry = _entry_points()
-    registry.clear()
-    registry.update(before)
-    get_backend.cache_clear()
+    restore(before)
 
 
 @pytest.fixture
 def pristine_backends() -> Iterator[None]:
     """Only the installed backends, whatever plugins earlier (module-scoped) fixtures registered."""
-    from neuronc.backends import ENTRY_POINT_GROUP, _entry_points, get_backend
+    from plugins.registry import uninstalled
 
-    registry = _entry_points()
-    saved = dict(registry)
-    from importlib.metadata import EntryPoint, entry_points
-
-    from neuronc.backends import _BUILTIN
-
-    registry.clear()
-    registry.update({ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)})
-    for name, value in _BUILTIN.items():
-        registry.setdefault(name, EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
-    get_backend.cache_clear()
-    yield
-    registry.clear()
-    registry.update(saved)
-    get_backend.cache_clear()
+    with uninstalled():
+        yield
 
 
 @pytest.fixture(scope="module")
