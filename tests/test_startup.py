@@ -30,7 +30,6 @@ def _imported_modules(args: list[str], env: dict[str, str] | None = None) -> set
     )
     # A command that fails before it gets far imports little: only a run that succeeded says anything.
     assert proc.returncode == 0, f"neuronc {' '.join(args)}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
-    assert proc.stdout.strip(), f"neuronc {' '.join(args)} printed nothing"
     modules = set()
     for line in proc.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:
