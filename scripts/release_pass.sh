@@ -53,9 +53,9 @@ mkdir "$work/quickstart"
     neuronc verify demo-bundle --accuracy
 )
 
-step "tests marked compat"
+step "tests marked compat (not slow)"
 set +e
-"$venv/bin/pytest" -p no:cacheprovider -q -m compat "$@"
+"$venv/bin/pytest" -p no:cacheprovider -q -n auto -m "compat and not slow" "$@"
 code=$?
 set -e
 step "done (pytest exit $code)"
