@@ -28,6 +28,8 @@ def _imported_modules(args: list[str], env: dict[str, str] | None = None) -> set
         env=env,
         check=False,
     )
+    # A command that fails before it gets far imports little: only a run that succeeded says anything.
+    assert proc.returncode == 0, f"neuronc {' '.join(args)}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
     modules = set()
     for line in proc.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:

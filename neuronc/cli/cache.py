@@ -338,7 +338,8 @@ def cache_mirror_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Download only the registry folders of a cache repository, for `cache-lookup --snapshot`."""
-    from neuronc.hubcache import HubSource, mirror
+    from neuronc.hubcache import HubSource
+    from neuronc.hubcache.mirror import mirror  # not the package attribute: importing the submodule replaces it
     from neuronc.hubcache.paths import printable
 
     out.configure(json_mode=json_out)

@@ -211,8 +211,23 @@ def _workspace_for(page: Path, demo: Any, tmp_path_factory: pytest.TempPathFacto
     return _WORKSPACES[page]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("page", "example"), EXAMPLES, ids=[f"{p.name}:{e.line}" for p, e in EXAMPLES])
+# Examples that load the model with torch (`run`, `verify --accuracy`) or retrain it take seconds to
+# minutes each: they are `slow` (.ci/run runs them; a plain `pytest` does not).
+LOADS_TORCH = re.compile(r"neuronc\s+run\s|--accuracy|neuronc\.demo|train_demo_model")
+
+
+def _params() -> list[Any]:
+    params = []
+    for page, example in EXAMPLES:
+        slow = (
+            isinstance(example.parsed, tuple) and example.parsed[0] in SHELLS and LOADS_TORCH.search(example.parsed[1])
+        )
+        marks = [pytest.mark.slow] if slow else []
+        params.append(pytest.param(page, example, marks=marks, id=f"{page.name}:{example.line}"))
+    return params
+
+
+@pytest.mark.parametrize(("page", "example"), _params())
 def test_example(page: Path, example: Example, request: pytest.FixtureRequest) -> None:
     if isinstance(example.parsed, tuple) and example.parsed[0] in SHELLS:
         # Only shell blocks need the compiled demo (its graph cache) and a directory to run in.
