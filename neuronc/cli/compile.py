@@ -9,6 +9,16 @@ import typer
 
 from neuronc._output import out
 from neuronc.cli._app import command
+from neuronc.cli._executor import (
+    ExecutorName,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayResourcesOpt,
+    RayRetriesOpt,
+    RayRuntimeEnvOpt,
+    RaySharedStoreOpt,
+    ray_settings,
+)
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
@@ -25,7 +35,13 @@ OutDirOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", min=1, help="Graphs compiled in parallel. Default: the number of cores."),
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Graphs compiled in parallel (all builds together). Default: the number of cores. "
+        "With --executor ray: CPUs per build (default: its graphs, at most the largest node's CPUs).",
+    ),
 ]
 OnlyOpt = Annotated[
     list[str] | None,
@@ -45,7 +61,8 @@ RequireHitOpt = Annotated[
 _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
-    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`)"
+    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
+    "neuronc compile p.yaml --executor ray --ray-address ray://head:10001 --store s3://bucket/bundles"
 )
 
 
@@ -60,11 +77,30 @@ def compile_command(
     require_hit: RequireHitOpt = False,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
+    executor: ExecutorOpt = ExecutorName.LOCAL,
+    ray_address: RayAddressOpt = None,
+    ray_resources: RayResourcesOpt = None,
+    ray_runtime_env: RayRuntimeEnvOpt = None,
+    ray_shared_store: RaySharedStoreOpt = False,
+    ray_retries: RayRetriesOpt = 2,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
 
     out.configure(json_mode=json_out, wide=wide)
+    runner: Any = None
+    if executor == ExecutorName.RAY:
+        from neuronc.pipeline.farm import RayExecutor
+
+        settings = ray_settings(
+            address=ray_address,
+            resources=ray_resources,
+            runtime_env=ray_runtime_env,
+            shared_store=ray_shared_store,
+            retries=ray_retries,
+            jobs=jobs,
+        )
+        runner = RayExecutor(settings)
     reports: list[Any] = []
 
     def on_report(report: Any) -> None:
@@ -83,6 +119,7 @@ def compile_command(
                 progress=sink,
                 on_report=on_report,
                 log=out.info,
+                executor=runner,
             )
     except KeyboardInterrupt:
         data = run_report(reports, interrupted=True)

@@ -107,6 +107,19 @@ class BundleStore(ABC):
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Copy a complete bundle into the store, checking it first (exit 4 if it is damaged)."""
 
+    # -- seen from elsewhere (the nodes of a Ray cluster check they see the store the driver sees) ---
+    def write_marker(self, name: str, data: bytes) -> None:
+        """Write a small marker object ``name`` (letters, digits, dashes) beside the store's bundles."""
+        raise NotImplementedError(f"{type(self).__name__} has no markers")
+
+    def read_marker(self, name: str) -> bytes | None:
+        """A marker's bytes, or None where this host does not see it."""
+        raise NotImplementedError(f"{type(self).__name__} has no markers")
+
+    def remove_marker(self, name: str) -> None:
+        """Remove a marker (nothing if it is gone)."""
+        raise NotImplementedError(f"{type(self).__name__} has no markers")
+
     # -- maintenance ----------------------------------------------------------------------------
     @abstractmethod
     def list(self) -> builtins.list[StoreEntry]:

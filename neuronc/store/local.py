@@ -195,6 +195,31 @@ class LocalStore(BundleStore):
             msg = f"store {self.root} is not writable: {exc.strerror or exc}"
             raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
 
+    def _marker(self, name: str) -> Path:
+        if not name or not all(c.isalnum() or c == "-" for c in name):
+            raise InvalidInputError(f"marker name {name!r}: letters, digits and dashes only")
+        return self.root / ".neuronc" / "markers" / name
+
+    def write_marker(self, name: str, data: bytes) -> None:
+        from neuronc.fsutil import atomic_write_bytes
+
+        path = self._marker(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data)
+        except OSError as exc:
+            msg = f"store {self.root} is not writable: {exc.strerror or exc}"
+            raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
+
+    def read_marker(self, name: str) -> bytes | None:
+        try:
+            return self._marker(name).read_bytes()
+        except OSError:
+            return None
+
+    def remove_marker(self, name: str) -> None:
+        self._marker(name).unlink(missing_ok=True)
+
     def get_or_build(
         self,
         config_hash: str,

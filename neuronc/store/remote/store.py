@@ -44,7 +44,7 @@ from typing import Any
 
 from neuronc.bundle import MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleWriter, Manifest, parse_manifest, read_manifest
 from neuronc.bundle.publish import Published, PublishStatus
-from neuronc.errors import BundleFormatError, RemoteStoreError, VerificationError
+from neuronc.errors import BundleFormatError, InvalidInputError, NeuroncError, RemoteStoreError, VerificationError
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
@@ -295,6 +295,25 @@ class RemoteStore(BundleStore):
             msg = f"{self.url.url}: the store is not writable ({exc.message.rsplit(': ', 1)[-1]})"
             raise RemoteStoreError(msg, hint=self.url.access_hint()) from exc
         self.io.call("removing a test object", "rm_file", probe)
+
+    def _marker(self, name: str) -> str:
+        if not name or not all(c.isalnum() or c == "-" for c in name):
+            raise InvalidInputError(f"marker name {name!r}: letters, digits and dashes only")
+        return self.io.path(f".neuronc/markers/{name}")
+
+    def write_marker(self, name: str, data: bytes) -> None:
+        self._require_container()
+        self.io.call("writing a marker", "pipe_file", self._marker(name), data)
+
+    def read_marker(self, name: str) -> bytes | None:
+        try:
+            data = self.io.call("reading a marker", "cat_file", self._marker(name), missing_ok=True)
+        except NeuroncError:
+            return None
+        return bytes(data) if data is not None else None
+
+    def remove_marker(self, name: str) -> None:
+        self.io.call("removing a marker", "rm_file", self._marker(name), missing_ok=True)
 
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Upload a complete local bundle (see ``upload``); ``status`` is ``exists`` if the key was stored."""
