@@ -109,7 +109,9 @@ def compile_command(
 
     try:
         with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
-            compile_profiles(
+            # The builds of a matrix end in any order (they run side by side): the report lists them
+            # in the profiles' order.
+            reports[:] = compile_profiles(
                 profiles,
                 store=store,
                 out_dir=out_dir,

@@ -10,7 +10,7 @@ different build, as it would be for a real option):
 - ``env_error: true`` — raise EnvironmentIncompatibleError (a runtime the compiler needs is missing).
 
 Every compile appends one line to ``$NEURONC_TEST_COMPILE_LOG`` (when set), so tests can count
-how often a backend really compiled. ``missing`` is a backend whose package is not installed.
+how often a backend really compiled (and, on a Ray test cluster, on which node: ``$NEURONC_TEST_NODE``). ``missing`` is a backend whose package is not installed.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
 from neuronc.errors import CompileError, EnvironmentIncompatibleError
+from neuronc.resources import PoolCancelled
 from plugins.fake_backend import FakeBackend
 from plugins.registry import register_backend, unregister_backend
 
@@ -28,6 +29,7 @@ NAME = "pipeline"
 MISSING = "missing"
 OWN_SHARDS = "own-shards"
 COMPILE_LOG_ENV = "NEURONC_TEST_COMPILE_LOG"
+NODE_ENV = "NEURONC_TEST_NODE"
 
 
 class PipelineBackend(FakeBackend):
@@ -39,12 +41,13 @@ class PipelineBackend(FakeBackend):
         log_path = os.environ.get(COMPILE_LOG_ENV)
         if log_path:
             with open(log_path, "a", encoding="utf-8") as f:
-                f.write(f"{os.getpid()} {job.spec.model.id} {job.spec.sequence.context_buckets}\n")
+                node = os.environ.get(NODE_ENV, "-")
+                f.write(f"{os.getpid()} {job.spec.model.id} {job.spec.sequence.context_buckets} {node}\n")
         graphs = []
         for index, graph in enumerate(job.plan.graphs):
             task = job.progress.task(f"graph {graph.name}")
             start = time.perf_counter()
-            time.sleep(float(options.get("sleep", 0)))
+            _sleep(float(options.get("sleep", 0)), job)
             if options.get("interrupt") and index == len(job.plan.graphs) // 2:
                 raise KeyboardInterrupt
             if options.get("env_error"):
@@ -65,6 +68,15 @@ class PipelineBackend(FakeBackend):
             graphs.append(CompiledGraph(graph, f"artifacts/{path.name}", time.perf_counter() - start))
             task.done()
         return CompileResult(graphs, extra={"compiled_by": NAME})
+
+
+def _sleep(seconds: float, job: CompileJob) -> None:
+    """Sleep as a compiler works: stopping when the run's worker pool is cancelled, as ``Workers`` do."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.pool is not None and job.pool.cancelled:
+            raise PoolCancelled
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 class OwnShardsBackend(PipelineBackend):

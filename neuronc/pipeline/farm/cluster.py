@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -135,6 +137,9 @@ def connect(settings: RaySettings) -> bool:
     if ray.is_initialized():
         return False
     address = settings.resolved_address()
+    # ray.init makes SIGTERM exit the process at once (sys.exit): keep neuronc's handler, which ends
+    # the run as Ctrl-C does (the builds cancelled, exit 130).
+    on_term = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     try:
         ray.init(
             address=address,
@@ -147,6 +152,9 @@ def connect(settings: RaySettings) -> bool:
         msg = f"cannot connect to the Ray cluster at {address}: {exc}"
         hint = "check --ray-address / RAY_ADDRESS and that the head runs"
         raise EnvironmentIncompatibleError(msg, hint=hint) from exc
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     return True
 
 
@@ -193,12 +201,14 @@ def refuse_unplaceable(needs: Sequence[Need], nodes: Sequence[Node]) -> None:
     unplaceable = [need for need in needs if not fitting(need, nodes)]
     if not unplaceable:
         return
-    if not nodes:
-        raise EnvironmentIncompatibleError("the Ray cluster has no alive node", hint="start the cluster's nodes")
-    largest = max(nodes, key=lambda n: (n.memory_bytes, n.cpus))
+    workers = [n for n in nodes if n.cpus > 0]  # a head started with no CPUs runs no task
+    if not workers:
+        raise EnvironmentIncompatibleError("the Ray cluster has no alive node with CPUs", hint="start its nodes")
+    largest = max(workers, key=lambda n: (n.memory_bytes, n.cpus))
     details = [f"{need.label}: needs {need.describe()}" for need in unplaceable]
     details.append(f"largest node: {largest.name} with {largest.capacity()}")
-    msg = f"{plural(len(unplaceable), 'build')} fit no node of the Ray cluster ({plural(len(nodes), 'node')})"
+    count = plural(len(workers), "node")
+    msg = f"{plural(len(unplaceable), 'build')} fit no node of the Ray cluster ({count} with CPUs)"
     hint = "add a larger node, lower --jobs (CPUs and memory per build), or drop --ray-resources the nodes lack"
     raise EnvironmentIncompatibleError(msg, details=details, hint=hint)
 
@@ -245,6 +255,8 @@ def check_store_shared(store: BundleStore, nodes: Sequence[Node], *, shared: boo
         for node, ref in zip(nodes, refs, strict=True):
             try:
                 _, seen, why = ray.get(ref, timeout=PROBE_TIMEOUT_SECONDS)
+            except ray.exceptions.TaskUnschedulableError:
+                continue  # the node went away since it was listed (Ray marks a lost node dead a while later)
             except Exception as exc:  # the task could not run there (no neuronc, a runtime_env that fails)
                 seen, why = None, f"the probe task failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
             if seen != token.encode():

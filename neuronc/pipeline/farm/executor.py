@@ -15,8 +15,10 @@ per-key lock and conditional publish decide, as they do for two hosts.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,18 @@ class RayExecutor:
         # The driver's view of each build (its graphs, the model's config.json for the pre-flight); the
         # key a node builds is resolved there, with the node's backend and toolchain.
         resolved = [ctx if ctx is not None else _resolve(spec) for spec, ctx in zip(specs, contexts, strict=True)]
+        with _ray_messages_to_stderr():
+            return self._run(ray, specs, resolved, resolved_store, options, on_report)
+
+    def _run(
+        self,
+        ray: Any,
+        specs: Sequence[BuildSpec],
+        resolved: Sequence[BuildContext],
+        resolved_store: BundleStore,
+        options: BuildOptions,
+        on_report: OnReport,
+    ) -> list[BuildReport]:
         connected = connect(self.settings)
         try:
             nodes = cluster_nodes()
@@ -98,14 +112,21 @@ def placement(
 ) -> tuple[list[Node], list[tuple[Need, list[Node]]]]:
     """`neuronc plan --executor ray`: the cluster's nodes and, for each build, its need and the nodes it fits."""
     ray = import_ray()
-    connected = connect(settings)
-    try:
-        nodes = cluster_nodes()
-        needs = [build_need(ctx, settings, nodes) for ctx in contexts]
-        return nodes, [(need, fitting(need, nodes)) for need in needs]
-    finally:
-        if connected:
-            ray.shutdown()
+    with _ray_messages_to_stderr():
+        connected = connect(settings)
+        try:
+            nodes = cluster_nodes()
+            needs = [build_need(ctx, settings, nodes) for ctx in contexts]
+            return nodes, [(need, fitting(need, nodes)) for need in needs]
+        finally:
+            if connected:
+                ray.shutdown()
+
+
+def _ray_messages_to_stderr() -> contextlib.AbstractContextManager[Any]:
+    """While connected, Ray prints the cluster's messages for people ("Raylet is terminated", a task's
+    error) on sys.stdout from a thread of its own; stdout is for the one JSON document: send them to stderr."""
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 class _Farm:
@@ -132,6 +153,7 @@ class _Farm:
         self.names = {n.node_id: n.name for n in nodes}
         self.attempts: dict[int, list[str]] = {i: [] for i in range(len(specs))}
         self.tasks: dict[int, ProgressTask] = {}
+        self.finished: set[int] = set()
 
     def node_name(self, node_id: str) -> str:
         if node_id not in self.names:
@@ -139,8 +161,12 @@ class _Farm:
         return self.names.get(node_id, node_id[:8])
 
     def run(self) -> list[BuildReport]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         ray = self.ray
-        events = ray.remote(EventLog).options(num_cpus=0).remote()
+        # On the driver's own node where it can: a build node that dies must not take the log with it.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        events = ray.remote(EventLog).options(num_cpus=0, scheduling_strategy=here).remote()
         remote = ray.remote(run_build)
         refs: dict[Any, int] = {}
         try:
@@ -187,6 +213,8 @@ class _Farm:
             return
         for event in batch:
             index = int(event["index"])
+            if index in self.finished:
+                continue  # an event that arrived after the build's result
             label = self.specs[index].label
             where = self.node_name(str(event["node"]))
             if event["event"] == "started":
@@ -204,6 +232,7 @@ class _Farm:
                 say(f"{event['message']} [on {where}]")
 
     def _finish(self, index: int, ref: Any) -> BuildReport:
+        self.finished.add(index)
         spec = self.specs[index]
         tried = self.attempts[index]
         try:
@@ -213,7 +242,10 @@ class _Farm:
         except self.ray.exceptions.RayError as exc:
             report = BuildReport.assemble(spec, status=BuildStatus.FAILED, error=self._task_error(spec, exc))
         else:
-            report = report_from_worker(spec, data, self.node_name(str(data["node"])))
+            where = self.node_name(str(data["node"]))
+            if not tried or tried[-1] != where:
+                tried.append(where)  # its "started" event may reach the log after the result
+            report = report_from_worker(spec, data, where)
             if report.ok:
                 report = self._place(spec, report)
         lost = tried[:-1] if report.ok or len(tried) > self.settings.max_retries else tried

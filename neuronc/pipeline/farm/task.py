@@ -8,14 +8,22 @@ JSON, which the driver turns back into a ``BuildReport`` (``report_from_worker``
 
 from __future__ import annotations
 
+import contextvars
 import os
 import socket
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from neuronc.errors import CompileError, NeuroncError
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, StageReport
+from neuronc.resources import WorkPool
 from neuronc.spec import BuildSpec
+
+# How often the task's thread looks up from waiting for the build (a cancel arrives in between), and
+# how long a cancelled build gets to stop its workers and remove its staging directory.
+_STEP_SECONDS = 0.2
+_CANCEL_SECONDS = 20.0
 
 
 class EventLog:
@@ -54,9 +62,34 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
 
     emit("started", pid=os.getpid(), host=socket.gethostname())
     spec = BuildSpec.model_validate(payload["spec"])
-    options = BuildOptions(jobs=int(payload["jobs"]), require_hit=bool(payload["require_hit"]))
-    with logging_to(lambda message: emit("say", message=message)):
-        report = build_one(spec, store=str(payload["store"]), options=options)
+    jobs = int(payload["jobs"])
+    # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
+    pool = WorkPool(jobs)
+    options = BuildOptions(jobs=jobs, require_hit=bool(payload["require_hit"]), pool=pool)
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            with logging_to(lambda message: emit("say", message=message)):
+                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options)
+        except BaseException as exc:  # handed to the task's thread, which raises it
+            outcome["raised"] = exc
+
+    # The build runs in a thread of its own while this one waits in short steps: ray.cancel raises
+    # KeyboardInterrupt in this thread only when it runs Python code, never while it is blocked in a
+    # wait. On a cancel the pool stops the build's workers and the build removes its staging directory.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(body,), name="neuronc-build", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(_STEP_SECONDS)
+    except KeyboardInterrupt:
+        pool.cancel()
+        thread.join(_CANCEL_SECONDS)
+        raise
+    if "raised" in outcome:
+        raise outcome["raised"]
+    report: BuildReport = outcome["report"]
     return {"node": node, "host": socket.gethostname(), "report": report.to_json()}
 
 
