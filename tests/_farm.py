@@ -10,6 +10,7 @@ job does, and connect through ``RAY_ADDRESS``.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -111,12 +112,24 @@ def start_farm(root: Path, env: Mapping[str, str]) -> Farm:
     """A head without CPUs (nothing is built there) and no worker node yet (``Farm.add_node``)."""
     from ray.cluster_utils import Cluster
 
+    # Raylets and workers inherit this process's SIGINT disposition: where it is ignored (a background
+    # job of a non-interactive shell, some CI runners) Ray's soft cancel would do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     site = plugin_site(root / "site")
     pythonpath = os.pathsep.join(p for p in (str(TESTS_DIR), str(site), os.environ.get("PYTHONPATH", "")) if p)
     full_env = {**env, "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1"}
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 0, "memory": GIB, "env_vars": full_env, "object_store_memory": 80 * 2**20},
+        head_node_args={
+            "num_cpus": 0,
+            "memory": GIB,
+            "env_vars": full_env,
+            "object_store_memory": 80 * 2**20,
+            # Less to start and stop (the dashboard's port may be another cluster's on a shared machine).
+            "include_dashboard": False,
+            "no_monitor": True,
+        },
     )
     return Farm(cluster, root, full_env)
 
