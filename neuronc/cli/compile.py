@@ -62,7 +62,7 @@ _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
     "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
-    "neuronc compile p.yaml --executor ray --ray-address ray://head:10001 --store s3://bucket/bundles"
+    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
 )
 
 
