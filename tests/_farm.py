@@ -25,6 +25,7 @@ ENTRY_POINTS = """[neuronc.backends]
 fake = plugins.fake_backend:FakeBackend
 pipeline = plugins.pipeline_backend:PipelineBackend
 missing = plugins.pipeline_backend:MissingBackend
+pooled = plugins.pipeline_backend:PooledBackend
 """
 
 

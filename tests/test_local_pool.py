@@ -189,3 +189,44 @@ def test_cancel_wakes_waiters_with_pool_cancelled() -> None:
     for t in threads:
         t.join(5)
     assert pool.cancelled and len(raised) == 1 and isinstance(raised[0], KeyboardInterrupt)
+
+
+def test_ctrl_c_on_a_local_matrix_prints_one_document_and_exits_130(tmp_path: Path) -> None:
+    """A real SIGINT to a `neuronc compile --json` process: the interrupted report is the one document."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from _farm import TESTS_DIR, plugin_site, wait_for
+
+    profiles = matrix(tmp_path, 2, sleep=30)
+    site = plugin_site(tmp_path / "site")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(site)]),
+        pipeline_backend.WORKER_LOG_ENV: str(tmp_path / "workers.log"),
+    }
+    store = tmp_path / "store"
+    with (tmp_path / "out.json").open("wb") as stdout:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "neuronc", "compile", *map(str, profiles), "--store", str(store), "--json"],
+            env=env,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        started = tmp_path / "workers.log.started"
+        wait_for(lambda: started.exists() and len(started.read_text().splitlines()) >= 2, 60, "workers to start")
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err
+    data = json.loads((tmp_path / "out.json").read_text())  # one document, not two
+    assert data["interrupted"] is True and data["exit_code"] == 130
+    assert not (tmp_path / "workers.log").exists()  # the workers were stopped
+    assert [p.name for p in (store / ".staging").iterdir() if not p.name.endswith(".lock")] == []
