@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,9 +75,15 @@ def shipped_matrix(directory: Path) -> Path:
     return path
 
 
-def document(result: Any) -> dict[str, Any]:
+def document(result: Any, schema: str | None = None) -> dict[str, Any]:
+    """The one JSON document on stdout, checked against docs/schemas/<schema>.schema.json."""
     assert result.stdout.strip(), result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
+    if schema is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent / "docs"))
+        from _schemas import assert_conforms
+
+        assert_conforms(schema, data)
     return data
 
 
@@ -89,7 +96,7 @@ def test_a_matrix_of_the_shipped_profile_compiles_across_nodes_into_s3(farm: Far
     report_file = tmp_path / "report.json"
     args = ["compile", str(profile), "--executor", "ray", "--store", store, "--json", "--report", str(report_file)]
     result = farm.neuronc(*args, "--out", str(tmp_path / "out"))
-    data = document(result)
+    data = document(result, "compile-report")
     assert result.returncode == 0, result.stderr
     assert data == json.loads(report_file.read_text())
     builds = data["builds"]
@@ -132,7 +139,7 @@ def test_a_build_larger_than_every_node_is_refused_before_submitting(farm: Farm,
 
     result = farm.neuronc("compile", str(small), str(profile), "--executor", "ray", "--store", store, "--json")
     assert result.returncode == 5, result.stderr
-    error = document(result)["error"]
+    error = document(result, "compile-report")["error"]
     assert error["message"] == "1 build fit no node of the Ray cluster (2 nodes with CPUs)"
     [need, largest] = error["details"]
     assert need.startswith(f"{profile}: needs ") and "GiB, 1 CPU" in need
@@ -143,7 +150,7 @@ def test_a_build_larger_than_every_node_is_refused_before_submitting(farm: Farm,
     # `plan --executor ray` shows where each build would fit, and which fits nowhere.
     plan = farm.neuronc("plan", str(small), str(profile), "--executor", "ray", "--json")
     assert plan.returncode == 5, plan.stderr
-    rows = document(plan)["builds"]
+    rows = document(plan, "plan")["builds"]
     assert [len(r["ray"]["nodes"]) for r in rows] == [2, 2, 2, 0]
     assert rows[0]["ray"]["need"]["cpus"] == 1 and rows[3]["ray"]["fits"] is False
 
@@ -285,7 +292,7 @@ def test_a_node_without_the_backends_sdk_fails_that_build_with_exit_5_naming_the
     missing = write_profile(tmp_path / "missing.yaml", backend="missing")
     result = farm.neuronc("compile", str(good), str(missing), "--executor", "ray", "--store", store, "--json")
     assert result.returncode == 5, result.stderr
-    built, failed = document(result)["builds"]
+    built, failed = document(result, "compile-report")["builds"]
     assert built["status"] == "built"  # not the whole run
     assert (failed["status"], failed["exit_code"]) == ("failed", 5)
     assert failed["error"]["error"] == "backend_unavailable"
