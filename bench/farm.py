@@ -127,6 +127,10 @@ def bench(scratch: Path) -> dict[str, Any]:
     results["warm_ray_seconds"] = round(ray, 2)
     results["ray_over_local"] = round(ray / local, 3)
     results["ray_overhead_per_build_seconds"] = round((ray - local) / len(BATCHES), 2)
+    # What that overhead is next to a build that compiles (the cold sequential wall per build).
+    results["ray_overhead_share_of_cold_build"] = round(
+        results["ray_overhead_per_build_seconds"] / (results["sequential_seconds"] / len(BATCHES)), 4
+    )
     return results
 
 
@@ -152,6 +156,7 @@ def main() -> None:
         f" {results['ray_overhead_per_build_seconds']:+.2f} s per build"
         f" (cluster start {results['ray_cluster_start_seconds']:.1f} s, not counted)"
     )
+    print(f"  Ray's overhead is {results['ray_overhead_share_of_cold_build']:.1%} of a cold build's wall")
 
 
 if __name__ == "__main__":
