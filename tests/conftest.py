@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from _demo import Demo, compile_demo
 from _seaweedfs import SeaweedFS, start_seaweedfs, weed_binary
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 
@@ -26,6 +26,10 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     for var in ("NEURON_CC_FLAGS", "NEURONC_DEBUG", "CUSTOM_CACHE_REPO", "HF_ENDPOINT", "HF_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    signing = ("REQUIRE_SIGNATURE", "SIGNATURE_KEY", "SIGNATURE_CERT", "SIGNATURE_IDENTITY", "SIGNATURE_ISSUER")
+    signing += ("SIGNING_KEY", "SIGNING_CERT", "SIGNING_CHAIN", "SIGNING_SIGSTORE", "SIGNING_KEY_PASSWORD")
+    for var in (*(f"NEURONC_{name}" for name in signing), "SIGSTORE_IDENTITY_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     out.reset()
     yield

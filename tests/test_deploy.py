@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from plugins.fake_backend import make_spec, spec_key
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.backends.base import GraphSpec

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc.backends import get_backend
 from neuronc.backends.base import CompileJob, CompileResult

@@ -7,12 +7,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
+from neuronc.cli import _cli as cli
 
 if TYPE_CHECKING:
     from neuronc.pipeline.farm import RaySettings
-
-_PANEL = "Executor (where builds run)"
 
 
 class ExecutorName(StrEnum):
@@ -22,52 +20,47 @@ class ExecutorName(StrEnum):
 
 ExecutorOpt = Annotated[
     ExecutorName,
-    typer.Option(
+    cli.Option(
         "--executor",
         help="local: this process (graphs of all builds share one pool within the pre-flight's memory); "
         "ray: one Ray task per build on a cluster, placed by the pre-flight's host RAM.",
-        rich_help_panel=_PANEL,
     ),
 ]
 RayAddressOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--ray-address",
         metavar="ADDRESS",
         help="The Ray cluster (ray://head:10001, head:6379, auto). Default: $RAY_ADDRESS.",
-        rich_help_panel=_PANEL,
     ),
 ]
 RayResourcesOpt = Annotated[
     list[str] | None,
-    typer.Option(
+    cli.Option(
         "--ray-resources",
         metavar="NAME=AMOUNT",
         help="A custom Ray resource every build asks for (a node label for the SDK release, neuron_cores=32); "
         "repeatable, or comma-separated.",
-        rich_help_panel=_PANEL,
     ),
 ]
 RayRuntimeEnvOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--ray-runtime-env",
         metavar="JSON|FILE",
         help='Ray runtime_env for the workers (JSON, or a .json/.yaml file), e.g. \'{"pip": ["neuronc[cpu]"]}\'.',
-        rich_help_panel=_PANEL,
     ),
 ]
 RaySharedStoreOpt = Annotated[
     bool,
-    typer.Option(
+    cli.Option(
         "--ray-shared-store",
         help="The --store directory is mounted at the same path on every node (checked before submitting).",
-        rich_help_panel=_PANEL,
     ),
 ]
 RayRetriesOpt = Annotated[
     int,
-    typer.Option("--ray-retries", min=0, help="Retries of a build whose node dies mid-build.", rich_help_panel=_PANEL),
+    cli.Option("--ray-retries", min=0, help="Retries of a build whose node dies mid-build."),
 ]
 
 
@@ -83,7 +76,7 @@ def parse_resources(values: list[str] | None) -> dict[str, float]:
                 number = -1.0
             if not name or number <= 0 or name in {"CPU", "GPU", "memory"}:
                 msg = f"{item!r}: give NAME=AMOUNT with a custom resource name and a positive amount"
-                raise typer.BadParameter(msg, param_hint="--ray-resources")
+                raise cli.BadParameter(msg, param_hint="--ray-resources")
             found[name.strip()] = number
     return found
 
@@ -104,9 +97,9 @@ def parse_runtime_env(value: str | None) -> dict[str, Any] | None:
         else:
             data = json.loads(text)
     except (ValueError, OSError) as exc:
-        raise typer.BadParameter(f"not JSON or a JSON/YAML file: {exc}", param_hint="--ray-runtime-env") from None
+        raise cli.BadParameter(f"not JSON or a JSON/YAML file: {exc}", param_hint="--ray-runtime-env") from None
     if not isinstance(data, dict):
-        raise typer.BadParameter("a runtime_env is a JSON object", param_hint="--ray-runtime-env")
+        raise cli.BadParameter("a runtime_env is a JSON object", param_hint="--ray-runtime-env")
     return data
 
 

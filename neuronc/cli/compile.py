@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._executor import (
     ExecutorName,
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 OutDirOpt = Annotated[
     Path | None,
-    typer.Option(
+    cli.Option(
         "--out",
         "-o",
         help="Also copy the bundle here (the bundle itself for one build; one sub-directory per bundle for several).",
@@ -35,7 +34,7 @@ OutDirOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int | None,
-    typer.Option(
+    cli.Option(
         "--jobs",
         "-j",
         min=1,
@@ -45,17 +44,23 @@ JobsOpt = Annotated[
 ]
 OnlyOpt = Annotated[
     list[str] | None,
-    typer.Option(
-        "--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."
-    ),
+    cli.Option("--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."),
 ]
 ReportOpt = Annotated[
     Path | None,
-    typer.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
+    cli.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
+]
+SignOpt = Annotated[
+    bool,
+    cli.Option(
+        "--sign",
+        help="Sign each bundle once it is in the store (and its --out copy), with the key, certificate or "
+        "Sigstore identity NEURONC_SIGNING_KEY / _CERT / _SIGSTORE names (docs/bundles.md).",
+    ),
 ]
 RequireHitOpt = Annotated[
     bool,
-    typer.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
+    cli.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
 ]
 
 _EPILOG = (
@@ -75,6 +80,7 @@ def compile_command(
     only: OnlyOpt = None,
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
+    sign: SignOpt = False,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     executor: ExecutorOpt = ExecutorName.LOCAL,
@@ -102,12 +108,16 @@ def compile_command(
         )
         runner = RayExecutor(settings)
     reports: list[Any] = []
+    signatures: list[dict[str, Any]] = []
 
     def on_report(report: Any) -> None:
         reports.append(report)
         _announce(report)
 
     try:
+        from neuronc.cli._signing import sign_built, signer_from_environment
+
+        signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
         with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
             # The builds of a matrix end in any order (they run side by side): the report lists them
             # in the profiles' order.
@@ -123,6 +133,8 @@ def compile_command(
                 log=out.info,
                 executor=runner,
             )
+        if signer is not None:
+            signatures = sign_built(reports, signer, store)
     except KeyboardInterrupt:
         data = run_report(reports, interrupted=True)
         _write_report(report_path, data)
@@ -130,7 +142,7 @@ def compile_command(
             # --json: the report (interrupted: true, exit_code 130) is the one document on stdout.
             out.result(data)
             out.info("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(EXIT_INTERRUPTED) from None
         raise
     except NeuroncError as exc:
         # The report keeps its shape on a failure before (or between) builds: builds so far + error.
@@ -138,15 +150,17 @@ def compile_command(
         _write_report(report_path, data)
         if out.json_mode:
             out.result(data)
-            raise typer.Exit(exc.exit_code) from None
+            raise cli.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
+    if sign:
+        data["signatures"] = signatures
     _write_report(report_path, data)
     out.result(data, lambda: _render(reports))
     for report in reports:
         _print_failure(report)
     if data["exit_code"]:
-        raise typer.Exit(data["exit_code"])
+        raise cli.Exit(data["exit_code"])
 
 
 def _announce(report: BuildReport) -> None:

@@ -5,27 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._executor import ExecutorName, ExecutorOpt, RayAddressOpt, RayResourcesOpt, RayRuntimeEnvOpt
 from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
 ProfilesOrDirsArg = Annotated[
-    list[Path], typer.Argument(help="Profile YAML files, or directories of them.", show_default=False)
+    list[Path], cli.Argument(help="Profile YAML files, or directories of them.", show_default=False)
 ]
 SnapshotOpt = Annotated[
     Path | None,
-    typer.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
+    cli.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
 ]
-OnlineOpt = Annotated[
-    bool, typer.Option("--online", help="Look builds up in the Hugging Face Neuron cache on the Hub.")
-]
+OnlineOpt = Annotated[bool, cli.Option("--online", help="Look builds up in the Hugging Face Neuron cache on the Hub.")]
 PlanJobsOpt = Annotated[
     int,
-    typer.Option("--jobs", "-j", min=1, help="Graphs the compile host builds in parallel (host RAM estimate)."),
+    cli.Option("--jobs", "-j", min=1, help="Graphs the compile host builds in parallel (host RAM estimate)."),
 ]
 
 _EPILOG = (
@@ -57,7 +54,7 @@ def plan_command(
 
     out.configure(json_mode=json_out, wide=wide)
     if snapshot is not None and online:
-        raise typer.BadParameter("give --snapshot or --online, not both")
+        raise cli.BadParameter("give --snapshot or --online, not both")
     specs = load_builds(expand_profile_paths(profiles))
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
@@ -85,14 +82,14 @@ def plan_command(
             out.warning(warning)
     if not failing and unplaced:
         if out.json_mode:
-            raise typer.Exit(EXIT_ENVIRONMENT)
+            raise cli.Exit(EXIT_ENVIRONMENT)
         from neuronc.pipeline.farm.cluster import refuse_unplaceable
 
         refuse_unplaceable([need for need, _ in placed], nodes)
     if not failing:
         return
     if out.json_mode:
-        raise typer.Exit(EXIT_INVALID_INPUT)
+        raise cli.Exit(EXIT_INVALID_INPUT)
     from neuronc.fsutil import plural
     from neuronc.preflight import load_model_config, smallest_fitting_tp
 

@@ -8,6 +8,7 @@ session (tests/_demo.py); the Neuron bundle for `deploy` is written by tests/tes
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -44,11 +45,24 @@ CASES = [
     Case("inspect-not-a-bundle", "inspect", ("inspect", "models"), 2, "bundle_invalid"),
     Case("verify", "verify", ("verify", "bundle", "--against-env")),
     Case("verify-damaged", "verify", ("verify", "broken"), 4),
+    Case("verify-signature", "verify", ("verify", "signed", "--key", "{public_key}")),
+    Case("verify-unsigned", "verify", ("verify", "bundle", "--signature", "--key", "{public_key}"), 4),
+    Case("verify-no-trust-root", "verify", ("verify", "bundle", "--signature"), 2, "invalid_input"),
+    Case("sign", "sign", ("sign", "to-sign", "--key", "{signing_key}")),
+    Case("sign-missing-key", "sign", ("sign", "to-sign", "--key", "nope.pem"), 2, "invalid_input"),
     Case("store-list", "store-list", ("store", "list")),
     Case("store-verify", "store-verify", ("store", "verify", "c66e92a6")),
     Case("store-verify-unknown", "store-verify", ("store", "verify", "ffffffff"), 2, "invalid_input"),
     Case("store-gc", "store-gc", ("store", "gc")),
     Case("store-publish", "store-publish", ("store", "publish", "bundle", "--store", "store2")),
+    Case("store-fetch", "store-fetch", ("store", "fetch", "c66e92a6", "--out", "fetched")),
+    Case(
+        "store-fetch-unsigned",
+        "store-fetch",
+        ("store", "fetch", "c66e92a6", "--require-signature", "--key", "{public_key}"),
+        4,
+        "signature_missing",
+    ),
     Case("store-rm", "store-rm", ("store", "rm", "c66e92a6", "--store", "store2")),
     Case("store-rm-unknown", "store-rm", ("store", "rm", "ffffffff"), 2, "invalid_input"),
     Case("split", "split", ("split", "models/tiny-llama", "--tp", "1", "--out", "weights")),
@@ -91,12 +105,28 @@ def ws(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Worksp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from test_deploy import _bundle  # a Neuron bundle through the real writer (no SDK needed)
 
+    if importlib.util.find_spec("model_signing") is not None:  # the sign extra: CI installs it
+        from _signing import ec_key
+
+        from neuronc.bundle.signing import sign_bundle
+        from neuronc.bundle.signing_material import Signer
+
+        keys = ec_key(root / "keys")
+        workspace.signing_key, workspace.public_key = keys.private, keys.public  # type: ignore[attr-defined]
+        shutil.copytree(root / "bundle", root / "to-sign")
+        sign_bundle(shutil.copytree(root / "bundle", root / "signed"), Signer.choose(key=keys.private))
+
     workspace.neuron_bundle = _bundle(tmp_path_factory.mktemp("neuron-bundle"), "optimum-neuron")  # type: ignore[attr-defined]
     return workspace
 
 
 def _args(ws: Workspace, case: Case) -> list[str]:
     subs = {"{snapshot}": str(HF_FIXTURE / "snapshot"), "{neuron_bundle}": str(ws.neuron_bundle)}  # type: ignore[attr-defined]
+    for name in ("signing_key", "public_key"):
+        if any(f"{{{name}}}" in a for a in case.args):
+            if not hasattr(ws, name):
+                pytest.skip("the sign extra (model-signing) is not installed")
+            subs[f"{{{name}}}"] = str(getattr(ws, name))
     return [subs.get(a, a) for a in case.args] + ["--json"]
 
 
@@ -163,19 +193,19 @@ def test_the_environment_changes_neither_exit_code_nor_document(ws: Workspace, c
 
 def _json_commands() -> list[tuple[str, ...]]:
     """Every command of the CLI that takes --json, found from the application itself."""
-    import typer.main
+    import click
 
     found: list[tuple[str, ...]] = []
 
-    def walk(command: object, path: tuple[str, ...]) -> None:
-        subcommands = getattr(command, "commands", None)
-        if subcommands:
-            for name, sub in subcommands.items():
-                walk(sub, (*path, name))
-        elif any("--json" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
+    def walk(command: click.Command | None, path: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), (*path, name))
+        elif command is not None and any("--json" in getattr(p, "opts", ()) for p in command.params):
             found.append(path)
 
-    walk(typer.main.get_command(app), ())
+    walk(app, ())
     return found
 
 
