@@ -56,6 +56,8 @@ def handle_errors(func: F) -> F:
             else:
                 out.info("interrupted")
             raise cli.Exit(EXIT_INTERRUPTED) from None
+        except cli.Exit:
+            raise  # the command ended itself (with --json it printed its document): not a library's exception
         except Exception:
             if not interrupted():
                 raise

@@ -154,6 +154,8 @@ def sign_built(reports: list[Any], signer: Signer, store: str | None) -> list[di
         if not report.ok or not report.bundle:
             continue
         bundle = Path(report.bundle)
+        if not bundle.is_dir():  # built on a Ray node: the report names the store's URL; sign a local copy
+            bundle = opened.lookup(report.config_hash, report.toolchain_key) or bundle
         result = sign_bundle(bundle, signer)
         stored = opened.publish_signature(bundle)
         data = {**result.to_json(), "stored": stored, "out": report.out}

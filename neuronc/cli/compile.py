@@ -8,6 +8,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
+from neuronc.cli._executor import (
+    ExecutorName,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayResourcesOpt,
+    RayRetriesOpt,
+    RayRuntimeEnvOpt,
+    RaySharedStoreOpt,
+    ray_settings,
+)
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
@@ -24,7 +34,13 @@ OutDirOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int | None,
-    cli.Option("--jobs", "-j", min=1, help="Graphs compiled in parallel. Default: the number of cores."),
+    cli.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Graphs compiled in parallel (all builds together). Default: the number of cores. "
+        "With --executor ray: CPUs per build (default: its graphs, at most the largest node's CPUs).",
+    ),
 ]
 OnlyOpt = Annotated[
     list[str] | None,
@@ -50,7 +66,8 @@ RequireHitOpt = Annotated[
 _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
-    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`)"
+    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
+    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
 )
 
 
@@ -66,11 +83,30 @@ def compile_command(
     sign: SignOpt = False,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
+    executor: ExecutorOpt = ExecutorName.LOCAL,
+    ray_address: RayAddressOpt = None,
+    ray_resources: RayResourcesOpt = None,
+    ray_runtime_env: RayRuntimeEnvOpt = None,
+    ray_shared_store: RaySharedStoreOpt = False,
+    ray_retries: RayRetriesOpt = 2,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
 
     out.configure(json_mode=json_out, wide=wide)
+    runner: Any = None
+    if executor == ExecutorName.RAY:
+        from neuronc.pipeline.farm import RayExecutor
+
+        settings = ray_settings(
+            address=ray_address,
+            resources=ray_resources,
+            runtime_env=ray_runtime_env,
+            shared_store=ray_shared_store,
+            retries=ray_retries,
+            jobs=jobs,
+        )
+        runner = RayExecutor(settings)
     reports: list[Any] = []
     signatures: list[dict[str, Any]] = []
 
@@ -83,7 +119,9 @@ def compile_command(
 
         signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
         with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
-            compile_profiles(
+            # The builds of a matrix end in any order (they run side by side): the report lists them
+            # in the profiles' order.
+            reports[:] = compile_profiles(
                 profiles,
                 store=store,
                 out_dir=out_dir,
@@ -93,6 +131,7 @@ def compile_command(
                 progress=sink,
                 on_report=on_report,
                 log=out.info,
+                executor=runner,
             )
         if signer is not None:
             signatures = sign_built(reports, signer, store)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
 from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
-from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import (
     GcReport,
@@ -194,6 +194,29 @@ class LocalStore(BundleStore):
                 raise disk_full_error(self.root, None, exc) from exc
             msg = f"store {self.root} is not writable: {exc.strerror or exc}"
             raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
+
+    def _marker(self, name: str) -> Path:
+        return self.root / marker_rel(name)
+
+    def write_marker(self, name: str, data: bytes) -> None:
+        from neuronc.fsutil import atomic_write_bytes
+
+        path = self._marker(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data)
+        except OSError as exc:
+            msg = f"store {self.root} is not writable: {exc.strerror or exc}"
+            raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
+
+    def read_marker(self, name: str) -> bytes | None:
+        try:
+            return self._marker(name).read_bytes()
+        except OSError:
+            return None
+
+    def remove_marker(self, name: str) -> None:
+        self._marker(name).unlink(missing_ok=True)
 
     def get_or_build(
         self,

@@ -53,8 +53,8 @@ from neuronc.bundle import (
 )
 from neuronc.bundle.publish import Published, PublishStatus
 from neuronc.bundle.signature import read_signature, write_signature
-from neuronc.errors import BundleFormatError, RemoteStoreError, VerificationError
-from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
+from neuronc.errors import BundleFormatError, NeuroncError, RemoteStoreError, VerificationError
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store.local import LocalStore
@@ -305,6 +305,19 @@ class RemoteStore(BundleStore):
             msg = f"{self.url.url}: the store is not writable ({exc.message.rsplit(': ', 1)[-1]})"
             raise RemoteStoreError(msg, hint=self.url.access_hint()) from exc
         self.io.call("removing a test object", "rm_file", probe)
+
+    def write_marker(self, name: str, data: bytes) -> None:
+        self._require_container()
+        self.io.call("writing a marker", "pipe_file", self.io.path(marker_rel(name)), data)
+
+    def read_marker(self, name: str) -> bytes | None:
+        with contextlib.suppress(NeuroncError):  # unreachable or missing: not seen from here
+            data = self.io.call("reading a marker", "cat_file", self.io.path(marker_rel(name)), missing_ok=True)
+            return bytes(data) if data is not None else None
+        return None
+
+    def remove_marker(self, name: str) -> None:
+        self.io.call("removing a marker", "rm_file", self.io.path(marker_rel(name)), missing_ok=True)
 
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Upload a complete local bundle (see ``upload``); ``status`` is ``exists`` if the key was stored."""
