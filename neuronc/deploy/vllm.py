@@ -32,7 +32,12 @@ from neuronc.deploy._values import ServingValues
 from neuronc.deploy.images import find_image, known_text, versions_text
 from neuronc.errors import InvalidInputError
 
-SERVER_PORT = 8000  # vllm serve's default port, inside each container
+# The AWS vLLM DLCs (aws-neuron/deep-learning-containers vllm/inference/*/Dockerfile.neuronx, tags
+# 2.27.0-2.32.0) declare ``EXPOSE 8080 8081`` and ``HEALTHCHECK curl --fail http://localhost:8080/ping``;
+# vLLM serves /ping on its API port, whose default is 8000. Serving on 8080 keeps the image's health
+# check true (on 8000 every replica would stay "unhealthy").
+SERVER_PORT = 8080
+DLC_HEALTHCHECK_URL = "http://localhost:8080/ping"
 VERSIONS = ("neuronx-cc", "neuronx-distributed-inference")
 
 
@@ -145,4 +150,4 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
     return Rendered(Stack.vllm, tuple(files), image=image, notes=tuple(notes))
 
 
-__all__ = ["check_vllm_can_serve", "render_vllm", "vllm_args", "vllm_env"]
+__all__ = ["DLC_HEALTHCHECK_URL", "SERVER_PORT", "check_vllm_can_serve", "render_vllm", "vllm_args", "vllm_env"]
