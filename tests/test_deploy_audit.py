@@ -5,12 +5,15 @@ Sources for each fact are in the module under test; every test here failed befor
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
 import yaml
-from test_deploy import FULL, _bundle, _files, _flags
+from test_deploy import FULL, _bundle, _env, _files, _flags
 
 from neuronc.deploy import DeployOptions, render
 from neuronc.deploy.vllm import DLC_HEALTHCHECK_URL
@@ -39,3 +42,44 @@ def test_vllm_compose_serves_on_the_port_the_dlc_health_check_polls(tmp_path: Pa
         assert re.search(rf"server {name}:{health_port} ", files["nginx.conf"])
         # no override that would make the image's own check poll another port
         assert "healthcheck" not in service or str(health_port) in " ".join(service["healthcheck"]["test"])
+
+
+# -- b: trn2 at LNC 1 must tell the runtime (default LNC 2 on trn2) ---------------------------------
+
+
+def _serve_env(script: str, sourced: dict[str, str]) -> dict[str, str]:
+    """What serve.sh's exec sees: its ``export`` lines plus the env file it sources."""
+    env = dict(sourced)
+    for line in script.splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = shlex.split(value)[0]
+    return env
+
+
+@pytest.mark.parametrize("lnc", [1, 2])
+def test_trn2_vllm_bundle_sets_the_compiled_lnc_at_run_time(tmp_path: Path, lnc: int) -> None:
+    bundle = _bundle(
+        tmp_path, "nxdi", toolchain=NXDI_2_28, target="trn2", batch_size=1, options={"logical_nc_config": lnc}
+    )
+    files = _files(render(bundle, "vllm", DeployOptions(instance_type="trn2.48xlarge", replicas=1)))
+    assert _serve_env(files["serve.sh"], _env(files["vllm.env"]))["NEURON_LOGICAL_NC_CONFIG"] == str(lnc)
+    service = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]
+    assert service["environment"]["NEURON_LOGICAL_NC_CONFIG"] == str(lnc)
+
+
+def test_trn2_optimum_bundle_sets_lnc_1_in_compose_serve_sh_and_sagemaker(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", target="trn2", sequence=FULL, options={"logical_nc_config": 1})
+    files = _files(render(bundle, "vllm", DeployOptions(instance_type="trn2.48xlarge", replicas=1)))
+    assert _serve_env(files["serve.sh"], {})["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    service = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]
+    assert service["environment"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    options = DeployOptions(instance_type="ml.trn2.48xlarge", region="us-east-1")
+    model = json.loads(_files(render(bundle, "sagemaker", options))["create-model.json"])
+    assert model["PrimaryContainer"]["Environment"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
+
+
+def test_inf2_bundles_set_no_lnc(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "nxdi", toolchain=NXDI_2_28, tp_degree=4, sequence=FULL)
+    files = _files(render(bundle, "vllm", DeployOptions(instance_type="inf2.48xlarge", replicas=1)))
+    assert "NEURON_LOGICAL_NC_CONFIG" not in files["vllm.env"] + files["docker-compose.yml"]

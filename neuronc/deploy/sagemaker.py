@@ -68,7 +68,7 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
         raise InvalidInputError(msg, hint="choose a larger --instance-type")
     download_s, startup_s = timeouts(v)
     name = f"neuronc-{v.name}"[:63]
-    environment = sm_on_env(v, f"{MODEL_DIR}/artifacts")
+    environment = {**sm_on_env(v, f"{MODEL_DIR}/artifacts"), **v.runtime_env}
     model: dict[str, Any] = {
         "ModelName": name,
         "ExecutionRoleArn": options.role_arn or PLACEHOLDER_ROLE,

@@ -65,8 +65,8 @@ def check_vllm_can_serve(v: ServingValues) -> None:
         raise InvalidInputError(msg, hint="compile without them (options.serving: vllm does)")
 
 
-def vllm_env(bundle: str) -> dict[str, str]:
-    return {"NEURON_COMPILED_ARTIFACTS": f"{bundle}/artifacts"}
+def vllm_env(v: ServingValues, bundle: str) -> dict[str, str]:
+    return {"NEURON_COMPILED_ARTIFACTS": f"{bundle}/artifacts", **v.runtime_env}
 
 
 def vllm_args(v: ServingValues, bundle: str, port: int) -> list[str]:
@@ -93,7 +93,7 @@ def vllm_args(v: ServingValues, bundle: str, port: int) -> list[str]:
 
 def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
     check_vllm_can_serve(v)
-    env = vllm_env(v.bundle)
+    env = vllm_env(v, v.bundle)
     target, versions = comment_text(v.target), comment_text(versions_text(v.toolchain, VERSIONS))
     script = (
         "#!/bin/sh\n"
@@ -123,7 +123,7 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
         replicas = where.replicas
         command = ["vllm", "serve", *vllm_args(v, CONTAINER_BUNDLE, SERVER_PORT)]
         service = {"image": image, "command": command, "volumes": bundle_volumes(v), "shm_size": "1gb"}
-        env_list = [vllm_env(CONTAINER_BUNDLE) for _ in where.groups]
+        env_list = [vllm_env(v, CONTAINER_BUNDLE) for _ in where.groups]
         files += replica_files(
             v,
             options,
