@@ -16,7 +16,9 @@ import yaml
 from test_deploy import FULL, _bundle, _env, _files, _flags
 
 from neuronc.deploy import DeployOptions, render
+from neuronc.deploy import images as image_table
 from neuronc.deploy.vllm import DLC_HEALTHCHECK_URL
+from neuronc.errors import InvalidInputError
 
 NXDI_2_28 = {"neuronx-cc": "2.23.6484.0+3b612583", "neuronx-distributed-inference": "0.8.16251+f3ca5575"}
 
@@ -83,3 +85,38 @@ def test_inf2_bundles_set_no_lnc(tmp_path: Path) -> None:
     bundle = _bundle(tmp_path, "nxdi", toolchain=NXDI_2_28, tp_degree=4, sequence=FULL)
     files = _files(render(bundle, "vllm", DeployOptions(instance_type="inf2.48xlarge", replicas=1)))
     assert "NEURON_LOGICAL_NC_CONFIG" not in files["vllm.env"] + files["docker-compose.yml"]
+
+
+# -- c: SageMaker image regions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("region", ["cn-north-1", "us-gov-west-1", "af-south-1", "eu-west-2", "ap-southeast-3"])
+def test_sagemaker_refuses_a_region_without_the_vllm_dlc(tmp_path: Path, region: str) -> None:
+    """The vLLM neuronx DLC exists in 11 regions (sagemaker-python-sdk huggingface-vllm-neuronx.json);
+    elsewhere 763104351884.dkr.ecr.<region>.amazonaws.com would be a wrong (or non-existent) image."""
+    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=2, sequence=FULL)
+    with pytest.raises(InvalidInputError, match=rf"--region {region}: .* published only in .*us-east-1") as info:
+        render(bundle, "sagemaker", DeployOptions(region=region))
+    assert "--image" in (info.value.hint or "")
+    assert info.value.exit_code == 2
+
+
+def test_sagemaker_region_with_an_image_given_and_china_domain(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=2, sequence=FULL)
+    image = "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn/my-vllm:1"
+    rendered = render(bundle, "sagemaker", DeployOptions(region="cn-north-1", image=image))
+    assert json.loads(_files(rendered)["create-model.json"])["PrimaryContainer"]["Image"] == image
+    assert "runtime.sagemaker.cn-north-1.amazonaws.com.cn" in " ".join(
+        rendered.notes + tuple(_files(rendered).values())
+    )
+
+
+@pytest.mark.parametrize("region", image_table.SAGEMAKER_VLLM_REGIONS)
+def test_sagemaker_names_the_dlc_in_each_of_its_regions(tmp_path: Path, region: str) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", tp_degree=2, sequence=FULL)
+    image = render(bundle, "sagemaker", DeployOptions(region=region)).image
+    assert image == (
+        f"763104351884.dkr.ecr.{region}.amazonaws.com/huggingface-vllm-inference-neuronx:"
+        "0.11.0-optimum0.4.5-neuronx-py310-sdk2.26.1-ubuntu22.04"
+    )
+    assert len(image_table.SAGEMAKER_VLLM_REGIONS) == 11

@@ -17,7 +17,7 @@ from neuronc.deploy._compose import resolve_instance
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
-from neuronc.deploy.images import choose_image, public
+from neuronc.deploy.images import HF_DLC_ACCOUNT, SAGEMAKER_VLLM_REGIONS, choose_image, public
 from neuronc.deploy.optimum import sm_on_env
 from neuronc.errors import InvalidInputError
 
@@ -51,7 +51,20 @@ def _image(v: ServingValues, options: DeployOptions) -> str:
             f"exported with optimum-neuron {v.version('optimum-neuron') or 'unknown'}"
         )
         raise InvalidInputError(msg, hint="deploy it with --for tgi on EC2, or pass --image with a container for it")
-    return choose_image("sagemaker-vllm", v.toolchain, VERSIONS).image.format(region=options.region)
+    image = choose_image("sagemaker-vllm", v.toolchain, VERSIONS).image
+    if options.region not in SAGEMAKER_VLLM_REGIONS:
+        msg = (
+            f"--region {options.region}: the Hugging Face vLLM neuronx SageMaker container is published only in "
+            f"{', '.join(SAGEMAKER_VLLM_REGIONS)} (ECR account {HF_DLC_ACCOUNT})"
+        )
+        hint = "deploy in one of those regions, or pass --image with a container copied to your region's ECR"
+        raise InvalidInputError(msg, hint=hint)
+    return image.format(region=options.region)
+
+
+def aws_domain(region: str) -> str:
+    """The partition's DNS suffix: China regions live under ``amazonaws.com.cn`` (botocore endpoints)."""
+    return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
 
 
 def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
@@ -124,7 +137,7 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     proxy = (
         "Requests to a SageMaker endpoint are signed: start a SigV4 proxy on localhost:8080 first, e.g.",
         f"docker run -p 8080:8080 public.ecr.aws/aws-observability/aws-sigv4-proxy --name sagemaker "
-        f"--region {options.region} --host runtime.sagemaker.{options.region}.amazonaws.com",
+        f"--region {options.region} --host runtime.sagemaker.{options.region}.{aws_domain(options.region)}",
     )
     files = (
         EmittedFile("create-model.json", dump(model), "aws sagemaker create-model input"),
