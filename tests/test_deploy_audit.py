@@ -5,6 +5,7 @@ Sources for each fact are in the module under test; every test here failed befor
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shlex
@@ -13,12 +14,14 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from test_deploy import FULL, _bundle, _env, _files, _flags
+from test_deploy import FULL, SEQ, _bundle, _env, _exec_argv, _files, _flags, _scenario
 
 from neuronc.deploy import DeployOptions, render
 from neuronc.deploy import images as image_table
+from neuronc.deploy.optimum import entrypoint_argv
 from neuronc.deploy.vllm import DLC_HEALTHCHECK_URL
 from neuronc.errors import InvalidInputError
+from neuronc.spec import ResolvedSequence
 
 NXDI_2_28 = {"neuronx-cc": "2.23.6484.0+3b612583", "neuronx-distributed-inference": "0.8.16251+f3ca5575"}
 
@@ -120,3 +123,90 @@ def test_sagemaker_names_the_dlc_in_each_of_its_regions(tmp_path: Path, region: 
         "0.11.0-optimum0.4.5-neuronx-py310-sdk2.26.1-ubuntu22.04"
     )
     assert len(image_table.SAGEMAKER_VLLM_REGIONS) == 11
+
+
+# -- a: what each optimum-neuron 0.4.x `optimum-cli neuron serve` accepts -------------------------------
+
+# ServeCommand.parse_args options, read from each wheel's optimum/commands/neuron/serve.py (0.4.0 L49-87,
+# 0.4.1 L48-86, 0.4.2 L64-103, 0.4.4 L66-107 adds dash aliases, 0.4.5 adds --task). Before 0.4.2 optimum
+# 1.24's `optimum-cli` calls parser.parse_args(): any other argument exits 2; from 0.4.2 unknown
+# arguments are kept and handed to vLLM.
+_SERVE_OPTIONS = {
+    "0.4.0": ("--model", "--dtype", "--tensor_parallel_size", "--batch_size", "--sequence_length", "--port"),
+    "0.4.1": (
+        "--model",
+        "--served_model_name",
+        "--tensor_parallel_size",
+        "--batch_size",
+        "--sequence_length",
+        "--port",
+    ),
+}
+_SERVE_OPTIONS["0.4.2"] = _SERVE_OPTIONS["0.4.3"] = _SERVE_OPTIONS["0.4.4"] = _SERVE_OPTIONS["0.4.5"] = _SERVE_OPTIONS[
+    "0.4.1"
+]
+_OPTIMUM_CC = {"0.4.0": "2.21.18209.0", "0.4.1": "2.21.18209.0", "0.4.2": "2.21.18209.0"}
+
+
+def _serve_parse(version: str, argv: list[str]) -> argparse.Namespace:
+    """Parse ``optimum-cli neuron serve`` arguments as that version does (strict before 0.4.2)."""
+    parser = argparse.ArgumentParser(prog="optimum-cli neuron serve", exit_on_error=False)
+    for option in _SERVE_OPTIONS[version]:
+        parser.add_argument(option, required=option == "--model")
+    parser.add_argument("--allow_non_cached_model", action="store_true")
+    if version in ("0.4.0", "0.4.1"):
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # what parser.parse_args() does with them: "unrecognized arguments", exit 2
+            raise argparse.ArgumentError(None, f"unrecognized arguments: {' '.join(unknown)}")
+        return args
+    args, unknown = parser.parse_known_args(argv)
+    args.unknown = unknown
+    return args
+
+
+def _walk(node: object) -> list[dict[str, object]]:
+    """Every mapping in a JSON document."""
+    if isinstance(node, dict):
+        return [node, *(m for value in node.values() for m in _walk(value))]
+    if isinstance(node, list):
+        return [m for item in node for m in _walk(item)]
+    return []
+
+
+def _optimum_bundle(tmp_path: Path, version: str, sequence: ResolvedSequence = FULL) -> Path:
+    toolchain = {"optimum-neuron": version, "neuronx-cc": _OPTIMUM_CC.get(version, "2.21.33363.0")}
+    return _bundle(tmp_path, "optimum-neuron", toolchain=toolchain, sequence=sequence, tp_degree=2)
+
+
+@pytest.mark.parametrize("version", sorted(_SERVE_OPTIONS))
+def test_optimum_serve_arguments_are_those_the_version_accepts(tmp_path: Path, version: str) -> None:
+    rendered = render(_optimum_bundle(tmp_path, version), "vllm", DeployOptions(instance_type="inf2.24xlarge"))
+    assert rendered.image == f"ghcr.io/huggingface/optimum-neuron-vllm:{version}"
+    files = _files(rendered)
+    env = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]["environment"]
+    container = _serve_parse(version, entrypoint_argv(env)[3:])
+    host = _serve_parse(version, _exec_argv(files["serve.sh"])[3:])
+    for args in (container, host):
+        assert (args.tensor_parallel_size, args.batch_size, args.sequence_length) == ("2", "4", "4096")
+    model = [b["model"] for b in _walk(_scenario(files)) if b.get("kind") == "openai_http"]
+    if version == "0.4.0":
+        assert "served_model_name" not in vars(container)
+        # vLLM answers to the --model path: the benchmark asks for that name
+        assert model == ["/bundle/artifacts"] and "/bundle/artifacts" in rendered.notes[0]
+    else:
+        assert container.served_model_name == host.served_model_name == "meta-llama/Llama-3.1-8B"
+        assert model == ["meta-llama/Llama-3.1-8B"]
+
+
+@pytest.mark.parametrize("version", ["0.4.0", "0.4.1"])
+def test_optimum_before_0_4_2_cannot_cap_a_shorter_context_and_is_refused(tmp_path: Path, version: str) -> None:
+    bundle = _optimum_bundle(tmp_path, version, SEQ)
+    with pytest.raises(InvalidInputError, match=r"pass-through to vLLM starts in 0\.4\.2") as info:
+        render(bundle, "vllm")
+    assert "0.4.2" in (info.value.hint or "")
+
+
+def test_optimum_0_4_2_passes_the_context_cap_through(tmp_path: Path) -> None:
+    files = _files(render(_optimum_bundle(tmp_path, "0.4.2", SEQ), "vllm"))
+    env = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]["environment"]
+    assert _serve_parse("0.4.2", entrypoint_argv(env)[3:]).unknown == ["--max_model_len", "2048"]
