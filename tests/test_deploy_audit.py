@@ -18,7 +18,10 @@ from test_deploy import FULL, SEQ, _bundle, _env, _exec_argv, _files, _flags, _s
 
 from neuronc.deploy import DeployOptions, render
 from neuronc.deploy import images as image_table
+from neuronc.deploy._values import ServingValues
 from neuronc.deploy.optimum import entrypoint_argv
+from neuronc.deploy.sagemaker import sagemaker_instance
+from neuronc.deploy.sagemaker_instance_types import BOTOCORE_VERSION, PRODUCTION_VARIANT_INSTANCE_TYPES
 from neuronc.deploy.vllm import DLC_HEALTHCHECK_URL
 from neuronc.errors import InvalidInputError
 from neuronc.spec import ResolvedSequence
@@ -210,3 +213,64 @@ def test_optimum_0_4_2_passes_the_context_cap_through(tmp_path: Path) -> None:
     files = _files(render(_optimum_bundle(tmp_path, "0.4.2", SEQ), "vllm"))
     env = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm-0"]["environment"]
     assert _serve_parse("0.4.2", entrypoint_argv(env)[3:]).unknown == ["--max_model_len", "2048"]
+
+
+# -- d: SageMaker's ProductionVariantInstanceType enum ------------------------------------------------
+
+
+def _sagemaker_instance(tmp_path: Path, options: DeployOptions, **overrides: object) -> str:
+    bundle = _bundle(tmp_path, "optimum-neuron", sequence=FULL, **overrides)
+    config = json.loads(_files(render(bundle, "sagemaker", options))["create-endpoint-config.json"])
+    name = config["ProductionVariants"][0]["InstanceType"]
+    assert isinstance(name, str)
+    return name
+
+
+def test_sagemaker_default_for_a_small_trn2_bundle_is_in_the_enum(tmp_path: Path) -> None:
+    """tp 4 on trn2 fits trn2.3xlarge, which SageMaker endpoints do not offer: ml.trn2.48xlarge."""
+    name = _sagemaker_instance(tmp_path, DeployOptions(), target="trn2", tp_degree=4)
+    assert name == "ml.trn2.48xlarge"
+    assert name in PRODUCTION_VARIANT_INSTANCE_TYPES
+
+
+@pytest.mark.parametrize("given", ["ml.trn2.3xlarge", "trn2.3xlarge", "ml.trn3.48xlarge"])
+def test_sagemaker_refuses_an_instance_type_outside_the_enum(tmp_path: Path, given: str) -> None:
+    bundle = _bundle(tmp_path, "optimum-neuron", sequence=FULL, target="trn2", tp_degree=4)
+    with pytest.raises(InvalidInputError, match=rf"--instance-type {re.escape(given)}: not an instance type Sage") as e:
+        render(bundle, "sagemaker", DeployOptions(instance_type=given))
+    assert "ml.trn2.48xlarge" in (e.value.hint or "") and "ProductionVariantInstanceType" in (e.value.hint or "")
+
+
+def test_sagemaker_accepts_trn1n(tmp_path: Path) -> None:
+    name = _sagemaker_instance(tmp_path, DeployOptions(instance_type="ml.trn1n.32xlarge"), target="trn1")
+    assert name == "ml.trn1n.32xlarge"
+
+
+def test_the_recorded_enum_names_its_botocore_and_every_default_is_in_it() -> None:
+    from neuronc.hardware import INSTANCE_TYPES
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", BOTOCORE_VERSION)
+    assert "ml.trn2.3xlarge" not in PRODUCTION_VARIANT_INSTANCE_TYPES
+    assert not [n for n in PRODUCTION_VARIANT_INSTANCE_TYPES if n.startswith("ml.trn3")]
+    for target in {i.target for i in INSTANCE_TYPES}:
+        for tp in (1, 2, 8):
+            name, _ = sagemaker_instance(_values(target, tp), DeployOptions())
+            assert name in PRODUCTION_VARIANT_INSTANCE_TYPES
+
+
+def _values(target: str, tp: int) -> ServingValues:
+    return ServingValues(
+        bundle="/b",
+        model_id="m",
+        backend="optimum-neuron",
+        target=target,
+        tp_degree=tp,
+        batch_size=1,
+        amp="bf16",
+        max_length=128,
+        max_context_length=128,
+        context_buckets=(128,),
+        config_hash="0" * 12,
+        weights="presharded",
+        toolchain={},
+    )

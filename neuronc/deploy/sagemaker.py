@@ -13,13 +13,14 @@ import json
 import shlex
 from typing import Any
 
-from neuronc.deploy._compose import resolve_instance
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
 from neuronc.deploy.images import HF_DLC_ACCOUNT, SAGEMAKER_VLLM_REGIONS, choose_image, public
 from neuronc.deploy.optimum import sm_on_env
+from neuronc.deploy.sagemaker_instance_types import BOTOCORE_VERSION, PRODUCTION_VARIANT_INSTANCE_TYPES
 from neuronc.errors import InvalidInputError
+from neuronc.hardware import InstanceType
 
 MODEL_DIR = "/opt/ml/model"
 PLACEHOLDER_S3 = "s3://YOUR-BUCKET/neuronc/{name}/"
@@ -67,6 +68,49 @@ def aws_domain(region: str) -> str:
     return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
 
 
+# trn1n.32xlarge carries the devices of trn1.32xlarge (16 Trainium chips, 32 NeuronCores; more network
+# bandwidth): SageMaker accepts it, hardware.INSTANCE_TYPES does not list it yet.
+SAME_DEVICES = {"trn1n.32xlarge": "trn1.32xlarge"}
+
+
+def _accepted() -> str:
+    return f"{', '.join(PRODUCTION_VARIANT_INSTANCE_TYPES)} (botocore {BOTOCORE_VERSION} ProductionVariantInstanceType)"
+
+
+def sagemaker_instance(v: ServingValues, options: DeployOptions) -> tuple[str, InstanceType]:
+    """The ``ml.`` instance type of the endpoint and its devices: one SageMaker's
+    ``ProductionVariantInstanceType`` enum holds (botocore's client does not check enums; the service
+    would refuse the request), ``--instance-type`` or the smallest of the bundle's target with tp cores."""
+    from neuronc.hardware import INSTANCE_TYPES, instance_type
+
+    if options.instance_type:
+        bare = options.instance_type.removeprefix("ml.")
+        if f"ml.{bare}" not in PRODUCTION_VARIANT_INSTANCE_TYPES:
+            msg = f"--instance-type {options.instance_type}: not an instance type SageMaker endpoints accept"
+            raise InvalidInputError(msg, hint=f"SageMaker's Neuron instance types: {_accepted()}")
+        instance = instance_type(SAME_DEVICES.get(bare, bare))
+        if instance is None:
+            raise InvalidInputError(f"--instance-type {options.instance_type}: not a known Neuron instance type")
+        if instance.target != v.target:
+            msg = f"--instance-type {bare} is {instance.target}; the bundle was compiled for {v.target}"
+            raise InvalidInputError(msg)
+        return f"ml.{bare}", instance
+    fits = sorted(
+        (
+            i
+            for i in INSTANCE_TYPES
+            if i.target == v.target
+            and f"ml.{i.name}" in PRODUCTION_VARIANT_INSTANCE_TYPES
+            and i.cores_at(v.options) >= v.tp_degree
+        ),
+        key=lambda i: (i.host_memory_gib, i.devices),
+    )
+    if not fits:
+        msg = f"no SageMaker endpoint instance type of {v.target} has the {v.tp_degree} NeuronCores the bundle needs"
+        raise InvalidInputError(msg, hint=f"SageMaker's Neuron instance types: {_accepted()}")
+    return f"ml.{fits[0].name}", fits[0]
+
+
 def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     image = _image(v, options)
     s3_uri = options.s3_uri or PLACEHOLDER_S3.format(name=v.name)
@@ -74,10 +118,10 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
         raise InvalidInputError(f"--s3-uri {s3_uri}: not an s3:// URI")
     if not s3_uri.endswith("/"):
         s3_uri += "/"  # S3Prefix: every object under the prefix, as a directory
-    instance = resolve_instance(v, options)
+    instance_name, instance = sagemaker_instance(v, options)
     cores = instance.cores_at(v.options)  # trn2 at LNC=1: the physical cores
     if cores < v.tp_degree:
-        msg = f"--instance-type {instance.name}: {cores} NeuronCores; the bundle needs {v.tp_degree}"
+        msg = f"--instance-type {instance_name}: {cores} NeuronCores; the bundle needs {v.tp_degree}"
         raise InvalidInputError(msg, hint="choose a larger --instance-type")
     download_s, startup_s = timeouts(v)
     name = f"neuronc-{v.name}"[:63]
@@ -97,7 +141,7 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
             {
                 "VariantName": "AllTraffic",
                 "ModelName": name,
-                "InstanceType": f"ml.{instance.name}",
+                "InstanceType": instance_name,
                 "InitialInstanceCount": 1,
                 "ModelDataDownloadTimeoutInSeconds": download_s,
                 "ContainerStartupHealthCheckTimeoutInSeconds": startup_s,
@@ -152,4 +196,4 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     return Rendered(Stack.sagemaker, files, image=image, notes=notes)
 
 
-__all__ = ["MODEL_DIR", "render_sagemaker", "timeouts"]
+__all__ = ["MODEL_DIR", "render_sagemaker", "sagemaker_instance", "timeouts"]
