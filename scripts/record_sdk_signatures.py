@@ -68,7 +68,15 @@ def model(module: str, cls: str) -> list[Name]:
 def sampling(cls: str) -> list[Name]:
     """A transformers-neuronx ``<Arch>ForSampling``, as neuronc imports it (the top-level export)."""
     q = f"transformers_neuronx.{cls}"
-    return [Name(q), *(Name(f"{q}.{m}") for m in ("from_pretrained", "to_neuron", "cpu_compile", "save", "load"))]
+    methods = (
+        "from_pretrained",
+        "to_neuron",
+        "cpu_compile",
+        "save",
+        "load",
+        "sample",
+    )  # sample: the TorchServe handler
+    return [Name(q), *(Name(f"{q}.{m}") for m in methods)]
 
 
 NXDI_CONFIG = "neuronx_distributed_inference.models.config"
@@ -187,6 +195,19 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
                 (".cpu_compile", "313"),
                 (".save", "315"),
                 (".load", "358 (load snippet)"),
+            )
+        },
+        **{
+            f"transformers_neuronx.{c}.sample": "neuronc/deploy/tnx_handler.py:189 (NeuroncTnxHandler._generate)"
+            for c in (
+                "BloomForSampling",
+                "GPT2ForSamplingWithContextBroadcasting",
+                "GPTNeoXForSampling",
+                "GPTJForSampling",
+                "LlamaForSampling",
+                "MistralForSampling",
+                "MixtralForSampling",
+                "OPTForSampling",
             )
         },
     },
