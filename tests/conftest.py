@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,14 @@ COMPAT_MODULES = {
     # model-signing, sigstore, pyOpenSSL, cryptography
     "test_signing.py",
 }  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's workers (execnet) ignore SIGINT, and an ignored signal stays ignored across
+    # exec: every neuronc a worker starts would shrug off the Ctrl-C the signal tests send it. A
+    # worker takes Python's own handler back, as a console script started from a shell has.
+    if os.environ.get("PYTEST_XDIST_WORKER") and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

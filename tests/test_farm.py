@@ -211,7 +211,9 @@ def test_a_node_removed_mid_build_is_retried_on_another(farm: Farm, store: str, 
     assert build["status"] == "built"
     assert [c[1] for c in farm.compiles() if c[1].startswith("doomed")] == [victim, other(victim)]
     assert any(m.startswith("retried after losing the attempt on Ray node") for m in build["messages"]), build
-    assert "was lost (its node or worker died); retrying on" in err
+    # The live "was lost …; retrying on" line comes from best-effort progress events (a loaded
+    # machine may deliver the second attempt's result first); the report's line is always printed.
+    assert "retried after losing the attempt on Ray node" in err
     [entry] = bundles_in(store, tmp_path)  # one bundle for the key
     assert entry.manifest.config_hash == build["config_hash"]
 
@@ -280,7 +282,13 @@ def test_ctrl_c_on_the_driver_cancels_the_builds_and_leaves_nothing_in_the_store
     after = farm.neuronc("compile", str(quick), "--executor", "ray", "--store", store, "--json", timeout=180)
     assert after.returncode == 0, after.stderr
     # No node kept the staging directory of a cancelled build.
-    staging = [p for node in ("small", "large") for p in (farm.root / "nodes" / node).rglob(".staging/*")]
+    # (filelock leaves its empty lock files by design; they are not staging.)
+    staging = [
+        p
+        for node in ("small", "large")
+        for p in (farm.root / "nodes" / node).rglob(".staging/*")
+        if p.suffix != ".lock"
+    ]
     assert staging == []
 
 
