@@ -145,6 +145,17 @@ RECORD: dict[str, list[Name]] = {
     ],
 }
 
+# The transformers-neuronx model classes neuronc loads (backend) and samples with (TorchServe handler).
+_TNX_CLASSES = (
+    "BloomForSampling",
+    "GPT2ForSamplingWithContextBroadcasting",
+    "GPTNeoXForSampling",
+    "GPTJForSampling",
+    "LlamaForSampling",
+    "MistralForSampling",
+    "MixtralForSampling",
+    "OPTForSampling",
+)
 # What neuronc calls today, with where (file:line at the time of writing). tests/test_sdk_signatures.py
 # checks that each of these is in every record of its package (found there, or listed as missing).
 NEURONC_CALLS: dict[str, dict[str, str]] = {
@@ -178,16 +189,7 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
         "transformers_neuronx.NeuronConfig": "neuronc/backends/neuron/transformers_neuronx.py:302",
         **{
             f"transformers_neuronx.{c}{suffix}": f"neuronc/backends/neuron/transformers_neuronx.py:{line}"
-            for c in (
-                "BloomForSampling",
-                "GPT2ForSamplingWithContextBroadcasting",
-                "GPTNeoXForSampling",
-                "GPTJForSampling",
-                "LlamaForSampling",
-                "MistralForSampling",
-                "MixtralForSampling",
-                "OPTForSampling",
-            )
+            for c in _TNX_CLASSES
             for suffix, line in (
                 ("", "298"),
                 (".from_pretrained", "307"),
@@ -199,16 +201,7 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
         },
         **{
             f"transformers_neuronx.{c}.sample": "neuronc/deploy/tnx_handler.py:189 (NeuroncTnxHandler._generate)"
-            for c in (
-                "BloomForSampling",
-                "GPT2ForSamplingWithContextBroadcasting",
-                "GPTNeoXForSampling",
-                "GPTJForSampling",
-                "LlamaForSampling",
-                "MistralForSampling",
-                "MixtralForSampling",
-                "OPTForSampling",
-            )
+            for c in _TNX_CLASSES
         },
     },
     "torch-neuronx": {"torch_neuronx.trace": "neuronc/backends/neuron/torch_neuronx.py:188"},
