@@ -6,7 +6,8 @@ Builds the profile once into the store if it is not there (default: the demo pro
 temporary store and graph cache, which takes about a minute on 2 cores), then times, in the same
 run, `python -c pass`, `neuronc --version` and `neuronc compile PROFILE` (a hit) with and without
 --json. It also checks that the hit imported neither torch nor transformers.
-Target (issue 15): a store hit at most 0.25 s wall, as a whole process.
+Target (issue 23): a store hit at most 0.3 s wall, as a whole process on 2 cores (issue 15 aimed at
+0.25 s on a quiet machine).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGET_SECONDS = 0.25
+TARGET_SECONDS = 0.3
 
 
 def _samples(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[list[float], list[float]]:

@@ -10,7 +10,7 @@ import sys
 def main() -> None:
     """Import the command line with the cyclic GC paused and Ctrl-C held back, then run it.
 
-    Importing Typer, rich and the command modules creates some hundred thousand long-lived objects
+    Importing Click, rich and the command modules creates some hundred thousand long-lived objects
     and sets off collection after collection that frees nothing: about 3 % of a store-hit `compile`.
     ``gc.freeze`` then moves those objects out of the collector's sight for the rest of the run.
     Done here, not in ``neuronc.cli``, so that importing the library never changes a host process's GC.

@@ -144,8 +144,11 @@ class LineSink:
         with self._wake:
             self._open.append(task)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._beat, name="neuronc-heartbeat", daemon=True)
-                self._thread.start()
+                # Kept only once started: a Ctrl-C or SIGTERM between the two would leave close()
+                # joining a thread never started (RuntimeError, exit 1 instead of 130).
+                thread = threading.Thread(target=self._beat, name="neuronc-heartbeat", daemon=True)
+                thread.start()
+                self._thread = thread
         return task
 
     def finished(self, task: LineTask) -> None:

@@ -127,6 +127,19 @@ class VerificationError(NeuroncError):
     kind = "verification_failed"
 
 
+class SignatureError(VerificationError):
+    """A bundle's signature does not verify against the trusted key, certificate or identity, or does
+    not cover exactly the files its manifest lists."""
+
+    kind = "signature_invalid"
+
+
+class SignatureMissingError(SignatureError):
+    """A signature was required (``--require-signature``, ``NEURONC_REQUIRE_SIGNATURE``) and the bundle has none."""
+
+    kind = "signature_missing"
+
+
 class EnvironmentIncompatibleError(NeuroncError):
     """The installed software cannot do what was asked (missing backend, toolchain mismatch)."""
 
@@ -150,6 +163,13 @@ class RemoteStoreError(EnvironmentIncompatibleError):
     """A remote store could not be read or written (network, credentials, missing bucket, timeout)."""
 
     kind = "remote_store_error"
+
+
+class SigstoreUnreachableError(EnvironmentIncompatibleError):
+    """Sigstore (its TUF repository, Fulcio, Rekor or the OIDC issuer) could not be reached: keyless
+    signing and verifying need the network."""
+
+    kind = "sigstore_unreachable"
 
 
 class CacheMissError(NeuroncError):

@@ -6,9 +6,12 @@ same way and every parallel stage agrees on how many cores it may use.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -29,6 +32,90 @@ def default_jobs(cap: int | None = None) -> int:
     """Parallel workers by default: the available cores, at most ``cap``."""
     cores = available_cpus()
     return min(cores, cap) if cap else cores
+
+
+def available_memory_bytes() -> int | None:
+    """Memory the OS could give new processes now (Linux ``MemAvailable``; physical memory elsewhere)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class PoolCancelled(KeyboardInterrupt):
+    """The run was interrupted: a worker waiting for (or holding) a pool slot stops."""
+
+
+class WorkPool:
+    """Slots for the worker processes of one run, shared by all its builds.
+
+    At most ``slots`` workers run at once, and the memory they reserve (the pre-flight's estimate
+    for each) stays within ``memory_bytes``. Waiters are admitted first come, first served, so a
+    large reservation is not starved by small ones; one reservation larger than the whole budget
+    runs alone rather than never. ``cancel`` wakes every waiter with ``PoolCancelled`` and tells
+    running workers (``cancelled``) to stop. The standard library's executors bound workers but
+    not memory, hence this small scheduler.
+    """
+
+    def __init__(self, slots: int, memory_bytes: int | None = None) -> None:
+        self.slots = max(1, slots)
+        self.memory_bytes = memory_bytes
+        self._cond = threading.Condition()
+        self._queue: collections.deque[object] = collections.deque()
+        self._running = 0
+        self._reserved = 0
+        self._cancelled = threading.Event()
+        # Most workers that ran at once (what tests and benchmarks read).
+        self.peak_running = 0
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancelled.set()
+            self._cond.notify_all()
+
+    def _fits(self, need: int) -> bool:
+        if self._running >= self.slots:
+            return False
+        if self._running == 0 or self.memory_bytes is None:
+            return True
+        return self._reserved + need <= self.memory_bytes
+
+    @contextlib.contextmanager
+    def slot(self, memory_bytes: int | None = None) -> Iterator[None]:
+        """Hold one worker slot with ``memory_bytes`` reserved while the block runs."""
+        need = max(0, memory_bytes or 0)
+        ticket = object()
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                while not (self._cancelled.is_set() or (self._queue[0] is ticket and self._fits(need))):
+                    self._cond.wait()
+            finally:
+                self._queue.remove(ticket)
+                self._cond.notify_all()
+            if self._cancelled.is_set():
+                raise PoolCancelled
+            self._running += 1
+            self._reserved += need
+            self.peak_running = max(self.peak_running, self._running)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._reserved -= need
+                self._cond.notify_all()
 
 
 def reset_peak_rss() -> None:
@@ -91,7 +178,10 @@ def children_peak_rss_bytes() -> int | None:
 
 
 __all__ = [
+    "PoolCancelled",
+    "WorkPool",
     "available_cpus",
+    "available_memory_bytes",
     "children_peak_rss_bytes",
     "default_jobs",
     "peak_rss_bytes",

@@ -8,35 +8,19 @@ downstream only reads them.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-class Target(StrEnum):
-    """The hardware a build compiles for."""
-
-    INF2 = "inf2"
-    TRN1 = "trn1"
-    TRN2 = "trn2"
-    TRN3 = "trn3"
-    CPU = "cpu"
-
-
-class Amp(StrEnum):
-    """The dtype a build computes in, as profiles spell it."""
-
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-
-
-class WeightsMode(StrEnum):
-    """How a bundle carries its weights."""
-
-    PRESHARDED = "presharded"  # tensor-parallel rank shards in weights/
-    ON_LOAD = "on-load"  # sharded from the bundled checkpoint when loaded
-    REFERENCE = "reference"  # read from the original checkpoint when loaded
+# Closed sets as Literal types: checked by mypy wherever they are compared, and plain strings at run
+# time (a value lands in JSON, YAML and generated Python as the word it is).
+# The hardware a build compiles for.
+Target = Literal["inf2", "trn1", "trn2", "trn3", "cpu"]
+# The dtype a build computes in, as profiles spell it.
+Amp = Literal["fp32", "fp16", "bf16"]
+# How a bundle carries its weights: tensor-parallel rank shards in weights/ (presharded), sharded from
+# the bundled checkpoint when loaded (on-load), read from the original checkpoint when loaded (reference).
+WeightsMode = Literal["presharded", "on-load", "reference"]
 
 
 class ServingStack(StrEnum):
@@ -48,10 +32,10 @@ class ServingStack(StrEnum):
     sagemaker = "sagemaker"
 
 
-TARGETS = tuple(t.value for t in Target)
-NEURON_TARGETS = tuple(t.value for t in Target if t is not Target.CPU)
-AMP_TO_DTYPE = {Amp.FP32: "float32", Amp.FP16: "float16", Amp.BF16: "bfloat16"}
-WEIGHT_MODES = tuple(w.value for w in WeightsMode)
+TARGETS: tuple[str, ...] = get_args(Target)
+NEURON_TARGETS = tuple(t for t in TARGETS if t != "cpu")
+AMP_TO_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+WEIGHT_MODES: tuple[str, ...] = get_args(WeightsMode)
 TASKS = ("text-generation", "feature-extraction", "text-classification", "fill-mask", "token-classification")
 
 PositiveInt = Annotated[int, Field(ge=1, le=1 << 20, strict=True)]

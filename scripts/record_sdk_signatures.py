@@ -68,7 +68,15 @@ def model(module: str, cls: str) -> list[Name]:
 def sampling(cls: str) -> list[Name]:
     """A transformers-neuronx ``<Arch>ForSampling``, as neuronc imports it (the top-level export)."""
     q = f"transformers_neuronx.{cls}"
-    return [Name(q), *(Name(f"{q}.{m}") for m in ("from_pretrained", "to_neuron", "cpu_compile", "save", "load"))]
+    methods = (
+        "from_pretrained",
+        "to_neuron",
+        "cpu_compile",
+        "save",
+        "load",
+        "sample",
+    )  # sample: the TorchServe handler
+    return [Name(q), *(Name(f"{q}.{m}") for m in methods)]
 
 
 NXDI_CONFIG = "neuronx_distributed_inference.models.config"
@@ -137,6 +145,17 @@ RECORD: dict[str, list[Name]] = {
     ],
 }
 
+# The transformers-neuronx model classes neuronc loads (backend) and samples with (TorchServe handler).
+_TNX_CLASSES = (
+    "BloomForSampling",
+    "GPT2ForSamplingWithContextBroadcasting",
+    "GPTNeoXForSampling",
+    "GPTJForSampling",
+    "LlamaForSampling",
+    "MistralForSampling",
+    "MixtralForSampling",
+    "OPTForSampling",
+)
 # What neuronc calls today, with where (file:line at the time of writing). tests/test_sdk_signatures.py
 # checks that each of these is in every record of its package (found there, or listed as missing).
 NEURONC_CALLS: dict[str, dict[str, str]] = {
@@ -170,16 +189,7 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
         "transformers_neuronx.NeuronConfig": "neuronc/backends/neuron/transformers_neuronx.py:302",
         **{
             f"transformers_neuronx.{c}{suffix}": f"neuronc/backends/neuron/transformers_neuronx.py:{line}"
-            for c in (
-                "BloomForSampling",
-                "GPT2ForSamplingWithContextBroadcasting",
-                "GPTNeoXForSampling",
-                "GPTJForSampling",
-                "LlamaForSampling",
-                "MistralForSampling",
-                "MixtralForSampling",
-                "OPTForSampling",
-            )
+            for c in _TNX_CLASSES
             for suffix, line in (
                 ("", "298"),
                 (".from_pretrained", "307"),
@@ -188,6 +198,10 @@ NEURONC_CALLS: dict[str, dict[str, str]] = {
                 (".save", "315"),
                 (".load", "358 (load snippet)"),
             )
+        },
+        **{
+            f"transformers_neuronx.{c}.sample": "neuronc/deploy/tnx_handler.py:189 (NeuroncTnxHandler._generate)"
+            for c in _TNX_CLASSES
         },
     },
     "torch-neuronx": {"torch_neuronx.trace": "neuronc/backends/neuron/torch_neuronx.py:188"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,25 @@ class Demo:
         assert result.returncode == 0, result.stderr
         data: dict[str, Any] = json.loads(result.stdout)
         return data
+
+
+def shared_demo(root: Path) -> Demo:
+    """``compile_demo(root)`` once for every process of the run that asks for the same ``root``.
+
+    pytest-xdist's workers each hold the session fixtures: the first one to come compiles (the
+    others wait on the lock), then they all read the same report and bundle.
+    """
+    from filelock import FileLock
+
+    root.mkdir(parents=True, exist_ok=True)
+    saved = root / "demo.pickle"
+    with FileLock(str(root / "demo.lock")):
+        if saved.exists():
+            demo: Demo = pickle.loads(saved.read_bytes())
+            return demo
+        demo = compile_demo(root / "compiled")
+        saved.write_bytes(pickle.dumps(demo))
+        return demo
 
 
 def compile_demo(root: Path) -> Demo:

@@ -115,7 +115,7 @@ def doubles_on_path(workdir: Path) -> Iterator[None]:
 def compile_shipped(workdir: Path) -> dict[str, Path]:
     """Every shipped LLM profile compiled (through ``neuronc compile``) with the tiny model; nxdi twice:
     as shipped, and vLLM-ready (``<stem>+vllm``). Keys are profile stems."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from neuronc._output import out
     from neuronc.cli import app

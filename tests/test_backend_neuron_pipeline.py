@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import read_manifest, verify_bundle

@@ -239,12 +239,16 @@ def test_compiler_crash_is_a_compile_failure(ws: Path) -> None:
 
 
 def test_environment_error_stops_the_remaining_builds(ws: Path) -> None:
+    # One worker slot: the builds of a matrix run two at a time (the pool's threads), so the slow
+    # second build is running when the first fails; the third has not started and is skipped.
     first = write_profile(ws / "env.yaml", options={"env_error": True})
-    second = write_profile(ws / "good.yaml")
-    reports = run(ws, first, second)
-    assert [(r.status, r.exit_code) for r in reports] == [("failed", 5), ("skipped", 0)]
+    second = write_profile(ws / "slow.yaml", options={"sleep": 1.0})
+    third = write_profile(ws / "good.yaml")
+    reports = run(ws, first, second, third, jobs=1)
+    assert [(r.status, r.exit_code) for r in reports] == [("failed", 5), ("built", 0), ("skipped", 0)]
+    assert reports[2].messages == [f"skipped after an environment error in {reports[0].label}"]
     assert overall_exit_code(reports) == 5
-    assert compiles(ws) == 1
+    assert compiles(ws) == 2
 
 
 def test_interrupt_removes_staging_and_propagates(ws: Path) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from _pipeline import fake_hub_cache, write_profile, write_tiny_llama
+from click.testing import CliRunner
 from plugins import pipeline_backend
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import read_manifest

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from _pipeline import write_profile, write_tiny_llama
 from _seaweedfs import SeaweedFS, use_server_and_make_bucket
+from click.testing import CliRunner
 from plugins import pipeline_backend
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import verify_bundle

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from plugins.fake_backend import build_bundle, make_spec, spec_key
-from typer.testing import CliRunner
 
 from neuronc.bundle import (
     COMPATIBLE,

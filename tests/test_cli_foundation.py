@@ -1,4 +1,4 @@
-"""The foundation commands through Typer's test runner: validate, schema, hash, backends, --version."""
+"""The foundation commands through Click's test runner: validate, schema, hash, backends, --version."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from neuronc import __version__
 from neuronc.cli import app
@@ -228,7 +228,7 @@ def test_hash_diff_between_two_bundles(runner: CliRunner, tmp_path: Path) -> Non
     [(["--help", "compile"], True), (["--help"], True), (["--wide", "compile", "--help"], False)],
 )
 def test_root_help_before_a_command_lists_every_command(args: list[str], whole: bool) -> None:
-    """The CLI builds only the command named (app_for); a root option before it still gets the whole app."""
+    """The CLI builds only the command named (neuronc.cli._cli.Group); help before it still lists every command."""
     proc = subprocess.run([sys.executable, "-m", "neuronc", *args], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     listed = {name for name in ("validate", "inspect", "deploy", "cache-lookup") if f"  {name} " in proc.stdout}
@@ -237,3 +237,41 @@ def test_root_help_before_a_command_lists_every_command(args: list[str], whole: 
         if whole
         else "Usage: neuronc compile" in proc.stdout
     )
+
+
+def test_a_ctrl_c_a_library_wraps_in_its_own_exception_is_still_an_interruption(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pydantic-core re-raises a KeyboardInterrupt that arrives while it builds a schema as a
+    SchemaError; that Ctrl-C must still end the run as one (exit 130, not a traceback and exit 1)."""
+    import os
+    import signal
+    import time
+
+    from neuronc._output import out
+    from neuronc.cli import _cli as cli
+    from neuronc.cli._app import handle_errors
+
+    def body(json_out: bool = False) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(500):  # the handler raises on the next bytecode; never wait for ever
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            raise ValueError("Error building serializer: KeyboardInterrupt") from None
+        raise AssertionError("SIGINT was not delivered")
+
+    out.reset()
+    # pytest-xdist workers ignore SIGINT: Python's own handler, as a console script has, for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(cli.Exit) as ended:
+            handle_errors(body)(json_out=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert ended.value.exit_code == 130
+    document = json.loads(capsys.readouterr().out)
+    assert (document["exit_code"], document["error"]) == (130, "interrupted")
+    # Without an interruption, the same exception is a bug and propagates as one.
+    with pytest.raises(RuntimeError):
+        handle_errors(lambda json_out=False: (_ for _ in ()).throw(RuntimeError("bug")))(json_out=False)

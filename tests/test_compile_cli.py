@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from _pipeline import write_profile, write_tiny_llama
+from click.testing import CliRunner
 from plugins import pipeline_backend
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import read_manifest, verify_bundle

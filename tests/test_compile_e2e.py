@@ -1,4 +1,4 @@
-"""The whole pipeline on the shipped demo profile with the real inductor backend (slow: real AOTI compiles).
+"""The whole pipeline on the shipped demo profile with the real inductor backend.
 
 One session-scoped build compiles the demo's three graphs once; the tests then check that the
 bundle verifies, that a second compile is a store hit that never imports torch, that changing one
@@ -18,8 +18,6 @@ from _demo import Demo
 from neuronc.bundle import read_manifest, verify_bundle
 from neuronc.pipeline import compile_profiles
 from neuronc.store import Store
-
-pytestmark = pytest.mark.slow
 
 PROMPT = "The quick brown fox"
 
@@ -83,6 +81,7 @@ def test_second_compile_is_a_store_hit_without_torch(demo: Demo) -> None:
     assert result.stderr.strip().splitlines()[-1] == "[]", result.stderr
 
 
+@pytest.mark.slow  # a real compile, or torch and transformers loaded in a fresh process
 def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache: Path) -> None:
     changed = demo.root / "changed.yaml"
     changed.write_text(demo.profile.read_text().replace("context_buckets: [32, 64]", "context_buckets: [32, 48]"))
@@ -99,6 +98,7 @@ def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache:
     assert len(Store(demo.store).list()) == 2
 
 
+@pytest.mark.slow  # a real compile, or torch and transformers loaded in a fresh process
 def test_run_gives_exactly_the_hugging_face_greedy_tokens(demo: Demo) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -118,6 +118,7 @@ def test_run_gives_exactly_the_hugging_face_greedy_tokens(demo: Demo) -> None:
     assert ran["tokens"] == expected
 
 
+@pytest.mark.slow  # a real compile, or torch and transformers loaded in a fresh process
 def test_verify_accuracy_passes_through_the_cli(demo: Demo, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The quick brown fox\nOnce upon a time, in a land far away, there lived\n")

@@ -19,6 +19,7 @@ from types import ModuleType
 import pytest
 from _demo import Demo
 
+import neuronc
 from neuronc.demo import MODEL_FILES, model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +45,8 @@ def _english(text: str, vocabulary: set[str]) -> tuple[int, float]:
 
 
 def test_shipped_model_is_complete_and_small() -> None:
-    assert MODEL == ROOT / "neuronc" / "data" / "profiles" / "models" / "tiny-llama"
+    # Package data, wherever neuronc is installed (a checkout, or a wheel in CI's release passes).
+    assert Path(neuronc.__file__).parent / "data" / "profiles" / "models" / "tiny-llama" == MODEL
     assert sorted(p.name for p in MODEL.iterdir()) == sorted(MODEL_FILES)
     total = sum((MODEL / name).stat().st_size for name in MODEL_FILES)
     assert total < 1.5 * 2**20, total

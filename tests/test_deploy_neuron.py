@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from _serving import VLLM_READY_OPTIONS
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.backends.neuron.env import neuron_device_present

@@ -18,6 +18,9 @@ from neuronc.errors import InvalidInputError
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
+# Compiling every shipped profile through the SDK doubles takes about half a minute: run by .ci/run
+# (`pytest -m slow`); tests/test_deploy.py covers the emitters in the plain run.
+pytestmark = pytest.mark.slow
 
 # What each compiled profile deploys to (stack -> True when served, else the words of the refusal).
 EXPECTED = {

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc.backends import get_backend
 from neuronc.backends.base import CompileJob, CompileResult
@@ -155,14 +155,16 @@ def test_weights_that_do_not_cover_the_graphs_fail_the_compile(
 
 
 def test_a_failing_graph_compile_is_a_compile_error_with_its_log(tmp_path: Path) -> None:
-    spec = _spec(**{"weights: presharded": "weights: presharded\noptions:\n  inductor_config: {no_such_option: 1}"})
+    # A real setting whose value makes the C++ step fail (an unknown name is refused at validate time).
+    broken = "weights: presharded\noptions:\n  inductor_config: {cpp.cxx: [null, neuronc-no-such-compiler]}"
+    spec = _spec(**{"weights: presharded": broken})
     bundle = _bundle_skeleton(tmp_path / "bundle")
     with pytest.raises(CompileError) as info:
         _compile(bundle, spec, "off", jobs=1)
     error = info.value
     assert error.exit_code == 3
     assert error.log_path is not None and Path(error.log_path).is_file()
-    assert "no_such_option" in "\n".join(error.details)
+    assert "neuronc-no-such-compiler" in "\n".join(error.details) + Path(error.log_path).read_text()
     assert "[neuronc] FAILED" in Path(error.log_path).read_text()
 
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from plugins.fake_backend import NAME, TESTS_DIR, VERSION_ENV, build_bundle, register
 from plugins.registry import unregister_backend
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.cli import app

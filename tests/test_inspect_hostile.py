@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from plugins.fake_backend import build_bundle
-from typer.testing import CliRunner
 
 from neuronc.bundle._manifest import MAX_MANIFEST_BYTES, MAX_SHARDS
 from neuronc.cli import app

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from plugins.fake_backend import register, spec_key
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.cli import app

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from plugins.fake_backend import VERSION_ENV, build_bundle, register
-from typer.testing import CliRunner
 
 from neuronc import preflight as pf
 from neuronc._output import out

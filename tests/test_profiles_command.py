@@ -11,9 +11,9 @@ from importlib.resources import files
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from test_startup import HEAVY, _imported_modules
 from test_tables import unbroken, words_of
-from typer.testing import CliRunner
 
 from neuronc.cli import app
 from neuronc.data import shipped_files, shipped_profiles
@@ -102,6 +102,11 @@ def test_list_table_never_breaks_a_name(runner: CliRunner, monkeypatch: pytest.M
     for name in SHIPPED:
         assert any(line.split()[:1] == [name] for line in lines), name
     descriptions = [p.description for p in shipped_profiles()]
+    if f"not shown at {columns} columns: description" in result.stdout:
+        # The description gives way first on a narrow terminal (`profiles show` prints it); the
+        # backend, which tells profiles apart, stays.
+        assert "transformers-neuronx" in result.stdout
+        return
     assert unbroken(result.stdout, words_of(descriptions), int(columns)) == []
 
 

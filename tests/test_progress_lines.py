@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from _pipeline import write_profile, write_tiny_llama
+from click.testing import CliRunner
 from plugins import pipeline_backend
 from rich.console import Console
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.cli import app

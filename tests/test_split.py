@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from _checkpoints import fuse_mixtral_experts, save_pytorch_bin, saved_tensor_bytes
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.checkpoint import (

@@ -24,7 +24,7 @@ from _checkpoints import (
     tiny_llama_sharded,
     write_safetensors,
 )
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.checkpoint import split_checkpoint

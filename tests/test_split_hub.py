@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from _pipeline import fake_hub_cache, write_tiny_llama
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.checkpoint import check_split

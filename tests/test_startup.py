@@ -1,7 +1,7 @@
 """Start-up stays light: the CLI and the light commands never import torch or transformers.
 
-Commands that read no profile and no bundle do not import pydantic either (about 0.1 s): Typer 0.29
-would, to coerce every parameter, were it not for neuronc.cli._coerce.
+Commands that read no profile and no bundle do not import pydantic either (about 0.1 s): the command
+line converts its values with Click's types (neuronc.cli._cli), not with pydantic as Typer 0.29 did.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def _imported_modules(args: list[str], env: dict[str, str] | None = None) -> set
         env=env,
         check=False,
     )
+    # A command that fails before it gets far imports little: only a run that succeeded says anything.
+    assert proc.returncode == 0, f"neuronc {' '.join(args)}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
     modules = set()
     for line in proc.stderr.splitlines():
         if line.startswith("import time:") and "|" in line:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from plugins.fake_backend import FakeBackend, build_bundle, make_spec, spec_key
-from typer.testing import CliRunner
 
 from neuronc.bundle import BuildRecord
 from neuronc.errors import InvalidInputError

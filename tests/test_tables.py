@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from neuronc._output import fit_columns, out
 from neuronc.cli import app

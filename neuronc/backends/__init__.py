@@ -76,6 +76,16 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
+def reload_entry_points() -> None:
+    """Forget the backends found so far: the next look-up reads the ``neuronc.backends`` entry points again.
+
+    Names and backend instances are read once per process; a process that installs or removes a
+    plugin distribution after that (a notebook, a test suite) calls this to see the change.
+    """
+    _entry_points.cache_clear()
+    get_backend.cache_clear()
+
+
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Availability",
@@ -86,4 +96,5 @@ __all__ = [
     "backend_names",
     "get_backend",
     "is_registered",
+    "reload_entry_points",
 ]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from neuronc.keys import CompilerFlagsMode
 from neuronc.progress import NULL_PROGRESS, ProgressSink
+from neuronc.resources import WorkPool
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -112,6 +113,12 @@ class CompileJob:
     jobs: int = 1
     progress: ProgressSink = NULL_PROGRESS
     env: dict[str, str] = field(default_factory=dict)
+    # The run's worker slots, shared with the other builds of a matrix (``neuronc.backends.worker.Workers``
+    # holds one per worker process); None: this build's ``jobs`` alone bound it.
+    pool: WorkPool | None = None
+    # The pre-flight's host-RAM estimate (None: unknown): the whole build, and one graph process.
+    host_compile_bytes: int | None = None
+    host_compile_per_graph_bytes: int | None = None
 
 
 @dataclass

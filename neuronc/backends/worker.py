@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from neuronc.resources import PoolCancelled, WorkPool
+
 # The directory that holds the ``neuronc`` package.
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -62,11 +64,17 @@ def _reap(proc: subprocess.Popen[bytes]) -> int | None:
 
 
 class Workers:
-    """Runs worker processes and remembers the live ones, so that they can be stopped together."""
+    """Runs worker processes and remembers the live ones, so that they can be stopped together.
 
-    def __init__(self) -> None:
+    With a ``pool`` (the run's, shared by the builds of a matrix) each worker holds one of its slots,
+    reserving ``memory_bytes``, while it runs; a cancelled pool stops the worker (``PoolCancelled``).
+    """
+
+    def __init__(self, pool: WorkPool | None = None, memory_bytes: int | None = None) -> None:
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
+        self._pool = pool
+        self._memory_bytes = memory_bytes
 
     def run(
         self,
@@ -83,6 +91,21 @@ class Workers:
         If this thread is interrupted (Ctrl-C, or an exception from ``poll``) the child is killed
         before the exception propagates: no compiler is left running behind neuronc.
         """
+        if self._pool is None:
+            return self._run(command, env=env, cwd=cwd, log=log, poll=poll, poll_seconds=poll_seconds)
+        with self._pool.slot(self._memory_bytes):
+            return self._run(command, env=env, cwd=cwd, log=log, poll=poll, poll_seconds=poll_seconds)
+
+    def _run(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        log: BinaryIO,
+        poll: Callable[[], None] | None,
+        poll_seconds: float,
+    ) -> WorkerExit:
         started = time.monotonic()
         proc = subprocess.Popen(
             list(command), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -98,6 +121,8 @@ class Workers:
                     next_poll = time.monotonic() + poll_seconds
                 if code is not None:
                     break
+                if self._pool is not None and self._pool.cancelled:
+                    raise PoolCancelled
                 time.sleep(_REAP_INTERVAL)
         except BaseException:
             proc.kill()

@@ -33,6 +33,7 @@ BUNDLE_PLACEHOLDER = "/path/to/this/bundle"
 
 # -- limits (hostile input) -------------------------------------------------------------------
 MAX_MANIFEST_BYTES = 32 * 1024 * 1024
+SIGNATURE_FILE = "bundle.sig"  # neuronc.bundle.signature.SIGNATURE_NAME: the one file a manifest does not list
 MAX_FILES = 200_000
 MAX_GRAPHS = 20_000
 MAX_SHARDS = 8_192
@@ -319,6 +320,8 @@ def path_problem(path: str) -> str | None:
         return f"path component longer than {MAX_COMPONENT_BYTES} bytes"
     if path == MANIFEST_NAME:
         return "the manifest cannot list itself"
+    if path == SIGNATURE_FILE:
+        return "reserved for the bundle's signature (a manifest cannot list what covers it)"
     return None
 
 

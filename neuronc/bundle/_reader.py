@@ -31,6 +31,7 @@ from neuronc.bundle.fs import (
     open_root,
     walk_regular,
 )
+from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError, VerificationError
 from neuronc.fsutil import plural
 from neuronc.progress import NULL_PROGRESS, ProgressSink
@@ -175,8 +176,8 @@ def verify_bundle(
         report.mismatched.append(FileProblem(MANIFEST_NAME, seal))
     listed = {f.path for f in manifest.files}
     for rel, why in walk_regular(root, MAX_FILES + 1000):
-        if rel == MANIFEST_NAME and why is None:
-            continue
+        if rel in (MANIFEST_NAME, SIGNATURE_NAME) and why is None:
+            continue  # the signature is the one file a manifest cannot list (it covers the manifest)
         if why is not None:
             report.unsafe.append(FileProblem(rel, why))
         elif rel not in listed:

@@ -235,6 +235,20 @@ class BundleWriter:
             os.close(fd)
         return self._record(rel_path, role, actual, sha256.lower())
 
+    def write_unlisted(self, name: str, data: bytes) -> None:
+        """A top-level file the manifest does not list: only the bundle's signature (``copy_bundle``)."""
+        from neuronc.bundle.signature import SIGNATURE_NAME
+
+        if name != SIGNATURE_NAME:
+            msg = f"{name}: only the signature ({SIGNATURE_NAME}) may stand beside the listed files"
+            raise ValueError(msg)
+        self._check_open()
+        target = self.path / name
+        with disk_full_as_error(target, len(data)), target.open("xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
     @property
     def files(self) -> dict[str, FileEntry]:
         return dict(self._files)
@@ -411,6 +425,7 @@ def copy_bundle(
     from neuronc.bundle._manifest import parse_manifest
     from neuronc.bundle._reader import read_manifest_bytes
     from neuronc.bundle.fs import open_in_bundle, open_root
+    from neuronc.bundle.signature import SIGNATURE_NAME, read_signature
     from neuronc.errors import DiskFullError, VerificationError, safe_text
     from neuronc.fsutil import check_free_space, disk_full_error, output_error
 
@@ -448,6 +463,9 @@ def copy_bundle(
                             dst.write(chunk)
             finally:
                 os.close(root_fd)
+            signature = read_signature(root)
+            if signature is not None:  # not a listed file: it travels beside the manifest it covers
+                writer.write_unlisted(SIGNATURE_NAME, signature)
             return writer.finish_copy(manifest, raw)
     except DiskFullError as exc:
         # Name where the bundle was going, not the staging file that ran out of space.

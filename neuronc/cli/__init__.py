@@ -11,9 +11,8 @@ import os
 import sys
 from typing import Annotated
 
-import typer
-
 from neuronc import __version__
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import app, run_app
 
 # Command modules register themselves on `app` when imported; the order here is the order in --help.
@@ -23,6 +22,7 @@ _COMMAND_MODULES = (
     "backends",
     "compile",
     "inspect",
+    "sign",
     "store",
     "split",
     "run",
@@ -38,17 +38,17 @@ for _name in _COMMAND_MODULES:
 def _version_callback(value: bool) -> None:
     if value:
         sys.stdout.write(f"neuronc {__version__}\n")
-        raise typer.Exit(0)
+        raise cli.Exit(0)
 
 
-@app.callback()
+@app.group_callback
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+        cli.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
     ] = False,
     wide: Annotated[
-        bool, typer.Option("--wide", help="Tables at full width whatever the terminal's (also NEURONC_WIDE=1).")
+        bool, cli.Option("--wide", help="Tables at full width whatever the terminal's (also NEURONC_WIDE=1).")
     ] = False,
 ) -> None:
     """Compile LLMs ahead of time for AWS Neuron into versioned, verifiable bundles.

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from neuronc.cli import _cli as cli
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-ProfilesArg = Annotated[list[Path], typer.Argument(help="Profile YAML file(s).", show_default=False)]
+JsonOpt = Annotated[bool, cli.Option("--json", help="Print machine-readable JSON on stdout.")]
+ProfilesArg = Annotated[list[Path], cli.Argument(help="Profile YAML file(s).", show_default=False)]
 StoreOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--store",
         metavar="DIR|URL",
         help="Bundle store (directory, s3://..., hf://...). Default: $NEURONC_STORE or the user cache.",
@@ -19,5 +19,5 @@ StoreOpt = Annotated[
 ]
 WideOpt = Annotated[
     bool,
-    typer.Option("--wide", help="Tables at full width whatever the terminal's (default: fit the terminal)."),
+    cli.Option("--wide", help="Tables at full width whatever the terminal's (default: fit the terminal)."),
 ]

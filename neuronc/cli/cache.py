@@ -6,10 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import typer
-
 from neuronc._output import out
-from neuronc.cli._app import NeuroncGroup, app, command
+from neuronc.cli import _cli as cli
+from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt
 from neuronc.errors import CacheMissError, InvalidInputError
 from neuronc.fsutil import format_bytes, plural
@@ -20,20 +19,18 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-cache_app = typer.Typer(
-    cls=NeuroncGroup,
+cache_app = cli.Group(
     no_args_is_help=True,
     help="The Hugging Face Neuron cache (optimum-neuron's compile cache on the Hub).",
-    rich_markup_mode=None,
 )
-app.add_typer(cache_app, name="cache")
+app.add_command(cache_app, name="cache")
 
 _INSTANCE_TYPES = ("inf2", "trn1", "trn1n", "trn2")
 _DTYPES = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
 
 RepoOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--repo",
         help="Cache repository. Default, as optimum-neuron: $CUSTOM_CACHE_REPO, then "
         "$HF_HOME/optimum_neuron_custom_cache, then aws-neuron/optimum-neuron-cache.",
@@ -41,19 +38,17 @@ RepoOpt = Annotated[
 ]
 SnapshotOpt = Annotated[
     Path | None,
-    typer.Option(
-        "--snapshot", help="Read a local copy (from `neuronc cache mirror`) instead of the Hub; never online."
-    ),
+    cli.Option("--snapshot", help="Read a local copy (from `neuronc cache mirror`) instead of the Hub; never online."),
 ]
 CompilerOpt = Annotated[
     str | None,
-    typer.Option(
+    cli.Option(
         "--compiler-version", help="neuronx-cc version, matched by dotted prefix (2.21 matches 2.21.33363.0+...)."
     ),
 ]
 OptimumOpt = Annotated[
     str | None,
-    typer.Option("--optimum-neuron-version", help="optimum-neuron version that wrote the entry, by dotted prefix."),
+    cli.Option("--optimum-neuron-version", help="optimum-neuron version that wrote the entry, by dotted prefix."),
 ]
 
 
@@ -63,25 +58,25 @@ OptimumOpt = Annotated[
     "neuronc cache-lookup profiles/llama3.1-8b-optimum-neuron-tgi.yaml --require-hit --json",
 )
 def cache_lookup_command(
-    target: Annotated[str, typer.Argument(help="Model id (org/name), local model directory, or profile YAML.")],
+    target: Annotated[str, cli.Argument(help="Model id (org/name), local model directory, or profile YAML.")],
     repo: RepoOpt = None,
     snapshot: SnapshotOpt = None,
     instance_type: Annotated[
-        str | None, typer.Option("--instance-type", help="inf2, trn1, trn1n or trn2 (inf2 and trn1n are trn1 entries).")
+        str | None, cli.Option("--instance-type", help="inf2, trn1, trn1n or trn2 (inf2 and trn1n are trn1 entries).")
     ] = None,
-    tp: Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree (exact).")] = None,
-    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help="Batch size (exact).")] = None,
+    tp: Annotated[int | None, cli.Option("--tp", min=1, help="Tensor-parallel degree (exact).")] = None,
+    batch_size: Annotated[int | None, cli.Option("--batch-size", min=1, help="Batch size (exact).")] = None,
     sequence_length: Annotated[
-        int | None, typer.Option("--sequence-length", min=1, help="Sequence length (exact).")
+        int | None, cli.Option("--sequence-length", min=1, help="Sequence length (exact).")
     ] = None,
-    dtype: Annotated[str | None, typer.Option("--dtype", help="bf16, fp16 or fp32 (or bfloat16 ...).")] = None,
+    dtype: Annotated[str | None, cli.Option("--dtype", help="bf16, fp16 or fp32 (or bfloat16 ...).")] = None,
     compiler_version: CompilerOpt = None,
     optimum_neuron_version: OptimumOpt = None,
-    task: Annotated[str, typer.Option("--task", help="optimum-neuron task of the entries.")] = "text-generation",
+    task: Annotated[str, cli.Option("--task", help="optimum-neuron task of the entries.")] = "text-generation",
     json_out: JsonOpt = False,
     require_hit: Annotated[
         bool,
-        typer.Option("--require-hit", help="Exit 6 when nothing matches (a model) or any build misses (a profile)."),
+        cli.Option("--require-hit", help="Exit 6 when nothing matches (a model) or any build misses (a profile)."),
     ] = False,
 ) -> None:
     """List cached configurations of a model, or check a profile's builds against the cache."""
@@ -254,7 +249,7 @@ def _short_note(match: Match) -> str:
 def _miss(message: str) -> None:
     if out.json_mode:
         out.warning(message)
-        raise typer.Exit(6)
+        raise cli.Exit(6)
     raise CacheMissError(message, hint="--require-hit: compile it, or relax the filters")
 
 
@@ -336,14 +331,15 @@ def _shown(value: object) -> str:
     cache_app, name="mirror", epilog="Example: neuronc cache mirror ./neuron-cache-registry --compiler-version 2.21"
 )
 def cache_mirror_command(
-    directory: Annotated[Path, typer.Argument(help="Where to write the copy (created if missing).")],
+    directory: Annotated[Path, cli.Argument(help="Where to write the copy (created if missing).")],
     repo: RepoOpt = None,
     compiler_version: CompilerOpt = None,
     optimum_neuron_version: OptimumOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Download only the registry folders of a cache repository, for `cache-lookup --snapshot`."""
-    from neuronc.hubcache import HubSource, mirror
+    from neuronc.hubcache import HubSource
+    from neuronc.hubcache.mirror import mirror  # not the package attribute: importing the submodule replaces it
     from neuronc.hubcache.paths import printable
 
     out.configure(json_mode=json_out)

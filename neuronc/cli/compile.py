@@ -5,12 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
+from neuronc.cli._executor import (
+    ExecutorName,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayResourcesOpt,
+    RayRetriesOpt,
+    RayRuntimeEnvOpt,
+    RaySharedStoreOpt,
+    ray_settings,
+)
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
-from neuronc.cli._signals import sigterm_as_interrupt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -18,7 +26,7 @@ if TYPE_CHECKING:
 
 OutDirOpt = Annotated[
     Path | None,
-    typer.Option(
+    cli.Option(
         "--out",
         "-o",
         help="Also copy the bundle here (the bundle itself for one build; one sub-directory per bundle for several).",
@@ -26,27 +34,40 @@ OutDirOpt = Annotated[
 ]
 JobsOpt = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", min=1, help="Graphs compiled in parallel. Default: the number of cores."),
+    cli.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Graphs compiled in parallel (all builds together). Default: the number of cores. "
+        "With --executor ray: CPUs per build (default: its graphs, at most the largest node's CPUs).",
+    ),
 ]
 OnlyOpt = Annotated[
     list[str] | None,
-    typer.Option(
-        "--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."
-    ),
+    cli.Option("--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."),
 ]
 ReportOpt = Annotated[
     Path | None,
-    typer.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
+    cli.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
+]
+SignOpt = Annotated[
+    bool,
+    cli.Option(
+        "--sign",
+        help="Sign each bundle once it is in the store (and its --out copy), with the key, certificate or "
+        "Sigstore identity NEURONC_SIGNING_KEY / _CERT / _SIGSTORE names (docs/bundles.md).",
+    ),
 ]
 RequireHitOpt = Annotated[
     bool,
-    typer.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
+    cli.Option("--require-hit", help="Never compile: exit 6 when a build is not already in the store."),
 ]
 
 _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
-    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`)"
+    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
+    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
 )
 
 
@@ -59,22 +80,48 @@ def compile_command(
     only: OnlyOpt = None,
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
+    sign: SignOpt = False,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
+    executor: ExecutorOpt = ExecutorName.LOCAL,
+    ray_address: RayAddressOpt = None,
+    ray_resources: RayResourcesOpt = None,
+    ray_runtime_env: RayRuntimeEnvOpt = None,
+    ray_shared_store: RaySharedStoreOpt = False,
+    ray_retries: RayRetriesOpt = 2,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
 
     out.configure(json_mode=json_out, wide=wide)
+    runner: Any = None
+    if executor == ExecutorName.RAY:
+        from neuronc.pipeline.farm import RayExecutor
+
+        settings = ray_settings(
+            address=ray_address,
+            resources=ray_resources,
+            runtime_env=ray_runtime_env,
+            shared_store=ray_shared_store,
+            retries=ray_retries,
+            jobs=jobs,
+        )
+        runner = RayExecutor(settings)
     reports: list[Any] = []
+    signatures: list[dict[str, Any]] = []
 
     def on_report(report: Any) -> None:
         reports.append(report)
         _announce(report)
 
     try:
-        with sigterm_as_interrupt(), out.progress() as sink:
-            compile_profiles(
+        from neuronc.cli._signing import sign_built, signer_from_environment
+
+        signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
+        with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
+            # The builds of a matrix end in any order (they run side by side): the report lists them
+            # in the profiles' order.
+            reports[:] = compile_profiles(
                 profiles,
                 store=store,
                 out_dir=out_dir,
@@ -84,7 +131,10 @@ def compile_command(
                 progress=sink,
                 on_report=on_report,
                 log=out.info,
+                executor=runner,
             )
+        if signer is not None:
+            signatures = sign_built(reports, signer, store)
     except KeyboardInterrupt:
         data = run_report(reports, interrupted=True)
         _write_report(report_path, data)
@@ -92,7 +142,7 @@ def compile_command(
             # --json: the report (interrupted: true, exit_code 130) is the one document on stdout.
             out.result(data)
             out.info("interrupted")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(EXIT_INTERRUPTED) from None
         raise
     except NeuroncError as exc:
         # The report keeps its shape on a failure before (or between) builds: builds so far + error.
@@ -100,15 +150,17 @@ def compile_command(
         _write_report(report_path, data)
         if out.json_mode:
             out.result(data)
-            raise typer.Exit(exc.exit_code) from None
+            raise cli.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
+    if sign:
+        data["signatures"] = signatures
     _write_report(report_path, data)
     out.result(data, lambda: _render(reports))
     for report in reports:
         _print_failure(report)
     if data["exit_code"]:
-        raise typer.Exit(data["exit_code"])
+        raise cli.Exit(data["exit_code"])
 
 
 def _announce(report: BuildReport) -> None:

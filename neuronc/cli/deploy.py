@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
+from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 _EPILOG = (
     "Examples: neuronc deploy ./bundle --for vllm · "
@@ -20,45 +20,54 @@ _EPILOG = (
 
 @command(name="deploy", epilog=_EPILOG)
 def deploy_command(
-    bundle: Annotated[Path, typer.Argument(help="A bundle directory.", show_default=False)],
+    bundle: Annotated[Path, cli.Argument(help="A bundle directory.", show_default=False)],
     stack: Annotated[
         str,
-        typer.Option(
+        cli.Option(
             "--for", metavar="STACK", help="The serving stack: vllm, tgi, torchserve or sagemaker.", show_default=False
         ),
     ],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Where to write the files. Default: ./deploy-<stack>.")
+        Path | None, cli.Option("--out", "-o", help="Where to write the files. Default: ./deploy-<stack>.")
     ] = None,
     bundle_path: Annotated[
         str | None,
-        typer.Option("--bundle-path", help="The bundle's path on the serving host. Default: BUNDLE, absolute."),
+        cli.Option("--bundle-path", help="The bundle's path on the serving host. Default: BUNDLE, absolute."),
     ] = None,
     instance_type: Annotated[
         str | None,
-        typer.Option("--instance-type", help="Instance type. Default: the smallest with tp_degree NeuronCores."),
+        cli.Option("--instance-type", help="Instance type. Default: the smallest with tp_degree NeuronCores."),
     ] = None,
     replicas: Annotated[
         int | None,
-        typer.Option("--replicas", min=1, help="Compose targets: data-parallel replicas. Default: all that fit."),
+        cli.Option("--replicas", min=1, help="Compose targets: data-parallel replicas. Default: all that fit."),
     ] = None,
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port clients connect to.")] = 8080,
+    port: Annotated[int, cli.Option("--port", min=1, max=65535, help="Port clients connect to.")] = 8080,
     image: Annotated[
         str | None,
-        typer.Option("--image", help="Container image instead of the one the bundle's versions pick."),
+        cli.Option("--image", help="Container image instead of the one the bundle's versions pick."),
     ] = None,
     s3_uri: Annotated[
-        str | None, typer.Option("--s3-uri", help="SageMaker: the S3 prefix the bundle directory is uploaded to.")
+        str | None, cli.Option("--s3-uri", help="SageMaker: the S3 prefix the bundle directory is uploaded to.")
     ] = None,
-    role_arn: Annotated[str | None, typer.Option("--role-arn", help="SageMaker: execution role ARN.")] = None,
-    region: Annotated[str, typer.Option("--region", help="SageMaker: AWS region of the endpoint.")] = "us-east-1",
+    role_arn: Annotated[str | None, cli.Option("--role-arn", help="SageMaker: execution role ARN.")] = None,
+    region: Annotated[str, cli.Option("--region", help="SageMaker: AWS region of the endpoint.")] = "us-east-1",
+    require_signature: RequireSignatureOpt = False,
+    key: TrustKeyOpt = None,
+    certificate: TrustCertOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write what a serving stack needs to run this bundle, every shape, size and version from its manifest."""
+    from neuronc.cli._signing import check_signature, trust_for
     from neuronc.deploy import DeployOptions, parse_stack, render, write
 
     out.configure(json_mode=json_out)
     chosen = parse_stack(stack)
+    # Before anything is read from the manifest into a serving file: a refused bundle leaves nothing behind.
+    trust = trust_for(flag=require_signature, key=key, certificates=certificate, identity=identity, issuer=issuer)
+    signed = check_signature(bundle, trust)
     options = DeployOptions(
         bundle_path=bundle_path,
         instance_type=instance_type,
@@ -80,6 +89,7 @@ def deploy_command(
         "image": rendered.image,
         "files": [{"path": str(p), "what": f.what} for p, f in pairs],
         "notes": list(rendered.notes),
+        "signature": signed.to_json() if signed else None,
     }
 
     def render_text() -> None:
@@ -91,6 +101,8 @@ def deploy_command(
             out.print(f"image: {escape(rendered.image)}")
         for note in rendered.notes:
             out.print(f"[yellow]note:[/yellow] {escape(note)}")
+        if signed is not None:
+            out.print(f"signature: verified, signed by {escape(signed.signer)}")
 
     out.result(data, render_text)
     out.success(f"wrote {len(written)} file(s) for {chosen.value} to {target}")

@@ -10,24 +10,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, WideOpt
+from neuronc.cli._signing import (
+    IdentityOpt,
+    IssuerOpt,
+    SignatureFlag,
+    StagingOpt,
+    TrustCertOpt,
+    TrustKeyOpt,
+    trust_for,
+)
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
-BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", show_default=False)]
+BundleArg = Annotated[Path, cli.Argument(help="Bundle directory.", show_default=False)]
 BundleOrUrlArg = Annotated[
     str,
-    typer.Argument(help="Bundle directory, or a bundle's URL in a remote store (s3://, hf://).", show_default=False),
+    cli.Argument(help="Bundle directory, or a bundle's URL in a remote store (s3://, hf://).", show_default=False),
 ]
 JobsOpt = Annotated[
-    int | None, typer.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
+    int | None, cli.Option("--jobs", "-j", min=1, max=256, help="Files hashed in parallel (default: CPU count).")
 ]
 AgainstEnvOpt = Annotated[
     bool,
-    typer.Option(
+    cli.Option(
         "--against-env", help="Compare the bundle's toolchain with what is installed here (exit 5 if incompatible)."
     ),
 ]
@@ -42,7 +50,7 @@ VerifyCheck = Callable[[Path, Any], dict[str, Any]]
 @command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
 def inspect_command(
     bundle: BundleArg,
-    verify: Annotated[bool, typer.Option("--verify", help="Recompute every hash (exit 4 on any problem).")] = False,
+    verify: Annotated[bool, cli.Option("--verify", help="Recompute every hash (exit 4 on any problem).")] = False,
     against_env: AgainstEnvOpt = False,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
@@ -76,7 +84,7 @@ def verify_command(
     against_env: AgainstEnvOpt = False,
     accuracy: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--accuracy",
             help="Also run the bundle and the Hugging Face eager model on the same prompts and compare tokens "
             "and per-step logits (exit 4 on divergence). Needs the bundle's runtime (the cpu extra for inductor).",
@@ -84,37 +92,65 @@ def verify_command(
     ] = False,
     prompts: Annotated[
         Path | None,
-        typer.Option("--prompts", help="Prompts for --accuracy: a text file, one prompt per line."),
+        cli.Option("--prompts", help="Prompts for --accuracy: a text file, one prompt per line."),
     ] = None,
     tol: Annotated[
         float | None,
-        typer.Option("--tol", min=0.0, help="Max |Δlogit| allowed by --accuracy (default 1e-3 fp32, 0.1 bf16)."),
+        cli.Option("--tol", min=0.0, help="Max |Δlogit| allowed by --accuracy (default 1e-3 fp32, 0.1 bf16)."),
     ] = None,
+    signature: SignatureFlag = False,
+    key: TrustKeyOpt = None,
+    certificate: TrustCertOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    staging: StagingOpt = False,
     jobs: JobsOpt = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra."""
+    """Check a bundle for CI: manifest safe, every file present and its SHA-256 right, nothing extra;
+    with --signature, also signed by whom you trust."""
     from neuronc.bundle import read_manifest
     from neuronc.store import is_remote
 
     out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
+    extra: dict[str, VerifyCheck] = {}
+    trust = trust_for(
+        flag=signature, key=key, certificates=certificate, identity=identity, issuer=issuer, staging=staging
+    )
+    if trust is not None:
+        from neuronc.bundle.signing import verify_signature
+
+        extra["signature"] = lambda bundle, _manifest: verify_signature(bundle, trust).to_json()
+    shown = bundle_arg
     if is_remote(bundle_arg):
-        _verify_remote(bundle_arg, against_env=against_env, accuracy=accuracy, jobs=jobs)
-        return
-    bundle = Path(bundle_arg)
+        if trust is None:
+            _verify_remote(bundle_arg, against_env=against_env, accuracy=accuracy, jobs=jobs)
+            return
+        bundle = _fetch_url(bundle_arg, accuracy=accuracy)  # the signature is checked on a verified local copy
+    else:
+        bundle = Path(bundle_arg)
     manifest = read_manifest(bundle)
-    data: dict[str, Any] = {"bundle": str(bundle), "config_hash": manifest.config_hash, "ok": False}
-    extra: dict[str, VerifyCheck] | None = None
+    data: dict[str, Any] = {"bundle": shown, "config_hash": manifest.config_hash, "ok": False}
     if accuracy:
         from neuronc.accuracy import accuracy_check
 
-        extra = {"accuracy": accuracy_check(prompts, tol)}  # reads the prompts file now: exit 2 if bad
+        extra["accuracy"] = accuracy_check(prompts, tol)  # reads the prompts file now: exit 2 if bad
     failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
+
+
+def _fetch_url(url: str, *, accuracy: bool) -> Path:
+    """A remote bundle downloaded (every object verified as it streams) into the store's local cache."""
+    from neuronc.store import RemoteStore, split_bundle_url
+
+    if accuracy:
+        raise InvalidInputError("--accuracy runs a local bundle", hint="fetch it first (neuronc store fetch)")
+    store_url, rel = split_bundle_url(url)
+    return RemoteStore(store_url).fetch(rel)
 
 
 def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | None) -> None:
@@ -238,7 +274,7 @@ def _finish(data: dict[str, Any], render: Callable[[], None], failure: NeuroncEr
     out.result(data)
     out.json_mode = False
     out.error(failure)
-    raise typer.Exit(failure.exit_code)
+    raise cli.Exit(failure.exit_code)
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -338,6 +374,13 @@ def _render_verify(d: dict[str, Any]) -> None:
         )
     if "environment" in d and "totals" not in d:
         _render_environment(d["environment"])
+    signature = d.get("signature")
+    if isinstance(signature, dict) and "signer" in signature:
+        from neuronc.cli._signing import render_signature
+
+        render_signature(signature, verb="ok, signed")
+    elif isinstance(signature, dict) and "skipped" in signature:
+        out.print(f"signature  skipped: {signature['skipped']}")
     accuracy = d.get("accuracy")
     if isinstance(accuracy, dict) and "prompts" in accuracy:
         status = "ok" if accuracy["passed"] else "FAILED"

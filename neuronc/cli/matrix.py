@@ -7,9 +7,8 @@ import sys
 from enum import StrEnum
 from typing import Annotated
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.cli.plan import ProfilesOrDirsArg
@@ -23,7 +22,7 @@ class MatrixFormat(StrEnum):
 
 FormatOpt = Annotated[
     MatrixFormat,
-    typer.Option(
+    cli.Option(
         "--format",
         "-f",
         help="github: one line 'matrix=<json>' for $GITHUB_OUTPUT; json: the same object, indented.",

@@ -5,31 +5,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
+from neuronc.cli._executor import ExecutorName, ExecutorOpt, RayAddressOpt, RayResourcesOpt, RayRuntimeEnvOpt
 from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
-from neuronc.errors import EXIT_INVALID_INPUT, PreflightError
+from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
 ProfilesOrDirsArg = Annotated[
-    list[Path], typer.Argument(help="Profile YAML files, or directories of them.", show_default=False)
+    list[Path], cli.Argument(help="Profile YAML files, or directories of them.", show_default=False)
 ]
 SnapshotOpt = Annotated[
     Path | None,
-    typer.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
+    cli.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
 ]
-OnlineOpt = Annotated[
-    bool, typer.Option("--online", help="Look builds up in the Hugging Face Neuron cache on the Hub.")
-]
+OnlineOpt = Annotated[bool, cli.Option("--online", help="Look builds up in the Hugging Face Neuron cache on the Hub.")]
 PlanJobsOpt = Annotated[
     int,
-    typer.Option("--jobs", "-j", min=1, help="Graphs the compile host builds in parallel (host RAM estimate)."),
+    cli.Option("--jobs", "-j", min=1, help="Graphs the compile host builds in parallel (host RAM estimate)."),
 ]
 
 _EPILOG = (
     "Examples: neuronc plan profiles/*.yaml · neuronc plan profiles/ --store s3://bucket/bundles --json · "
-    "neuronc plan p.yaml --snapshot ./optimum-neuron-cache. Exit 2 when a build cannot fit its target."
+    "neuronc plan p.yaml --snapshot ./optimum-neuron-cache · neuronc plan p.yaml --executor ray (where each "
+    "build would fit on the cluster at $RAY_ADDRESS). Exit 2 when a build cannot fit its target, 5 when it "
+    "fits no node of the Ray cluster."
 )
 
 
@@ -42,6 +42,10 @@ def plan_command(
     jobs: PlanJobsOpt = 1,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
+    executor: ExecutorOpt = ExecutorName.LOCAL,
+    ray_address: RayAddressOpt = None,
+    ray_resources: RayResourcesOpt = None,
+    ray_runtime_env: RayRuntimeEnvOpt = None,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
     from neuronc.ci import plan_builds
@@ -50,23 +54,42 @@ def plan_command(
 
     out.configure(json_mode=json_out, wide=wide)
     if snapshot is not None and online:
-        raise typer.BadParameter("give --snapshot or --online, not both")
+        raise cli.BadParameter("give --snapshot or --online, not both")
     specs = load_builds(expand_profile_paths(profiles))
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
-    data = {
-        "builds": [p.to_json() for p in plans],
-        "fits": not failing,
-        "exit_code": EXIT_INVALID_INPUT if failing else 0,
-    }
-    out.result(data, lambda: _render(plans))
+    rows = [p.to_json() for p in plans]
+    nodes: list[Any] = []
+    placed: list[Any] = []
+    if executor == ExecutorName.RAY:
+        from neuronc.cli._executor import ray_settings
+
+        settings = ray_settings(
+            address=ray_address,
+            resources=ray_resources,
+            runtime_env=ray_runtime_env,
+            shared_store=False,
+            retries=0,
+            jobs=None if jobs == 1 else jobs,
+        )
+        nodes, placed = _ray_placement(plans, settings, rows)
+    unplaced = [need for need, nodes in placed if not nodes]
+    exit_code = EXIT_INVALID_INPUT if failing else (EXIT_ENVIRONMENT if unplaced else 0)
+    data = {"builds": rows, "fits": not failing and not unplaced, "exit_code": exit_code}
+    out.result(data, lambda: _render(plans, placed))
     for plan in plans:
         for warning in plan.estimate.warnings:
             out.warning(warning)
+    if not failing and unplaced:
+        if out.json_mode:
+            raise cli.Exit(EXIT_ENVIRONMENT)
+        from neuronc.pipeline.farm.cluster import refuse_unplaceable
+
+        refuse_unplaceable([need for need, _ in placed], nodes)
     if not failing:
         return
     if out.json_mode:
-        raise typer.Exit(EXIT_INVALID_INPUT)
+        raise cli.Exit(EXIT_INVALID_INPUT)
     from neuronc.fsutil import plural
     from neuronc.preflight import load_model_config, smallest_fitting_tp
 
@@ -83,7 +106,18 @@ def plan_command(
     raise PreflightError(msg, details=details, hint=hint + "or lower batch_size or sequence.max_length")
 
 
-def _render(plans: list[Any]) -> None:
+def _ray_placement(plans: list[Any], settings: Any, rows: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+    """Each build's need on the Ray cluster and the nodes it fits, added to its JSON row as ``ray``."""
+    from neuronc.pipeline import resolve_build
+    from neuronc.pipeline.farm import placement
+
+    nodes, placed = placement([resolve_build(p.spec, strict=False) for p in plans], settings)
+    for row, (need, fits) in zip(rows, placed, strict=True):
+        row["ray"] = {"need": need.to_json(), "fits": bool(fits), "nodes": [n.name for n in fits]}
+    return nodes, placed
+
+
+def _render(plans: list[Any], placed: list[Any] | None = None) -> None:
     from rich.markup import escape
 
     from neuronc.preflight import gib
@@ -125,9 +159,13 @@ def _render(plans: list[Any]) -> None:
         rows,
         optional=["key", "hf cache", "host split", "host compile"],
     )
-    for p in plans:
+    for index, p in enumerate(plans):
         names = ", ".join(g["name"] for g in p.graphs)
         out.print(escape(f"{p.label}: {len(p.graphs)} graph(s): {names}"))
+        if placed:
+            need, fits = placed[index]
+            where = f"fits {len(fits)} node(s): {', '.join(n.name for n in fits)}" if fits else "fits no node"
+            out.print(escape(f"  ray: needs {need.describe()}; {where}"))
         if p.estimate.unknown_reason:
             out.print(escape(f"  pre-flight unknown: {p.estimate.unknown_reason}"))
         if p.store.get("note"):

@@ -10,20 +10,18 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from neuronc._output import out
-from neuronc.cli._app import NeuroncGroup, app, command
+from neuronc.cli import _cli as cli
+from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt
 
-profiles_app = typer.Typer(
-    cls=NeuroncGroup,
+profiles_app = cli.Group(
     no_args_is_help=True,
     help="The example profiles shipped with neuronc (and the demo model): list, show, copy.",
 )
-app.add_typer(profiles_app, name="profiles")
+app.add_command(profiles_app, name="profiles")
 
-NameArg = Annotated[str, typer.Argument(help="Profile name, as `neuronc profiles list` shows it.", show_default=False)]
+NameArg = Annotated[str, cli.Argument(help="Profile name, as `neuronc profiles list` shows it.", show_default=False)]
 
 
 @command(profiles_app, name="list", epilog="Example: neuronc profiles list --json | jq -r '.profiles[].name'")
@@ -65,11 +63,9 @@ def copy_command(
     name: NameArg,
     dest: Annotated[
         Path | None,
-        typer.Argument(
-            help="A directory (default: the current one) or a .yaml file name to write.", show_default=False
-        ),
+        cli.Argument(help="A directory (default: the current one) or a .yaml file name to write.", show_default=False),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist.")] = False,
+    force: Annotated[bool, cli.Option("--force", help="Overwrite files that already exist.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a shipped profile where you can edit and compile it (with the model it names, if shipped)."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from neuronc._output import out, to_json_text
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, ProfilesArg, WideOpt
 from neuronc.errors import InvalidInputError, NeuroncError, ProfileError
@@ -66,7 +65,7 @@ def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False, wide: Wid
         return
     if out.json_mode:
         out.result({"valid": False, "profiles": results})
-        raise typer.Exit(failures[0].exit_code)
+        raise cli.Exit(failures[0].exit_code)
     if len(failures) == 1:
         raise failures[0]
     details = [line for exc in failures for line in (exc.details or [exc.message])]
@@ -107,7 +106,7 @@ def _render_build(path: str, build: dict[str, Any]) -> None:
 
 @command(name="schema")
 def schema_command(
-    output: Annotated[Path | None, typer.Option("--out", "-o", help="Write the schema to this file.")] = None,
+    output: Annotated[Path | None, cli.Option("--out", "-o", help="Write the schema to this file.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Print the JSON Schema of profiles (for yaml-language-server and other editors).
@@ -130,8 +129,8 @@ def schema_command(
 
 @command(name="hash")
 def hash_command(
-    paths: Annotated[list[Path], typer.Argument(help="Profiles (or bundles) to hash.", show_default=False)],
-    diff: Annotated[bool, typer.Option("--diff", help="Compare exactly two: which hashed fields differ.")] = False,
+    paths: Annotated[list[Path], cli.Argument(help="Profiles (or bundles) to hash.", show_default=False)],
+    diff: Annotated[bool, cli.Option("--diff", help="Compare exactly two: which hashed fields differ.")] = False,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:

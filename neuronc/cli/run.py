@@ -6,21 +6,20 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 
 BundleArg = Annotated[
-    Path, typer.Argument(help="Bundle directory (as printed by `neuronc compile`).", show_default=False)
+    Path, cli.Argument(help="Bundle directory (as printed by `neuronc compile`).", show_default=False)
 ]
-PromptOpt = Annotated[str, typer.Option("--prompt", "-p", help="Prompt text.", show_default=False)]
-MaxNewTokensOpt = Annotated[int, typer.Option("--max-new-tokens", "-n", min=1, help="Tokens to generate at most.")]
+PromptOpt = Annotated[str, cli.Option("--prompt", "-p", help="Prompt text.", show_default=False)]
+MaxNewTokensOpt = Annotated[int, cli.Option("--max-new-tokens", "-n", min=1, help="Tokens to generate at most.")]
 TemperatureOpt = Annotated[
-    float, typer.Option("--temperature", "-t", min=0.0, help="0 is greedy; above 0 samples from softmax(logits / T).")
+    float, cli.Option("--temperature", "-t", min=0.0, help="0 is greedy; above 0 samples from softmax(logits / T).")
 ]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Sampling seed (same seed, same tokens).")]
+SeedOpt = Annotated[int | None, cli.Option("--seed", help="Sampling seed (same seed, same tokens).")]
 
 _EPILOG = 'Example: neuronc run ./demo --prompt "The quick brown fox" --max-new-tokens 40 --json'
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from neuronc._output import out
+from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.errors import InvalidInputError, VerificationError
@@ -26,23 +25,23 @@ _EPILOG = (
 def split_command(
     model_dir: Annotated[
         str | None,
-        typer.Argument(
+        cli.Argument(
             metavar="MODEL",
             help="Checkpoint directory, or a Hugging Face repo id (org/name) taken from the Hugging Face cache "
             "or downloaded; with --check: the source directory, if not the recorded one.",
         ),
     ] = None,
     revision: Annotated[
-        str | None, typer.Option("--revision", help="Branch, tag or commit of a repo id (default: main).")
+        str | None, cli.Option("--revision", help="Branch, tag or commit of a repo id (default: main).")
     ] = None,
-    tp: Annotated[int | None, typer.Option("--tp", help="Tensor-parallel degree.", min=1)] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", "-o", help="Output directory (must not exist).")] = None,
+    tp: Annotated[int | None, cli.Option("--tp", help="Tensor-parallel degree.", min=1)] = None,
+    out_dir: Annotated[Path | None, cli.Option("--out", "-o", help="Output directory (must not exist).")] = None,
     dtype: Annotated[
-        str | None, typer.Option("--dtype", help="Cast floating-point weights while streaming: fp32, fp16 or bf16.")
+        str | None, cli.Option("--dtype", help="Cast floating-point weights while streaming: fp32, fp16 or bf16.")
     ] = None,
     hash_shards: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--hash/--no-hash",
             help="Record each shard's SHA-256 in index.json (costs a CPU pass over every output byte; "
             "--check compares every tensor with the source either way).",
@@ -50,7 +49,7 @@ def split_command(
     ] = False,
     check: Annotated[
         Path | None,
-        typer.Option("--check", help="Reassemble the split in this directory and compare it with the source."),
+        cli.Option("--check", help="Reassemble the split in this directory and compare it with the source."),
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:

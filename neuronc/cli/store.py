@@ -1,28 +1,29 @@
-"""`neuronc store list|rm|gc|verify|publish`: a bundle store, local (a directory) or remote (s3://, hf://)."""
+"""`neuronc store list|rm|gc|verify|publish|fetch`: a bundle store, local (a directory) or remote (s3://, hf://)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from neuronc._output import out
-from neuronc.cli._app import NeuroncGroup, app, command
+from neuronc.cli import _cli as cli
+from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt, StoreOpt
+from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 if TYPE_CHECKING:
     from neuronc.store import BundleStore
 
-store_app = typer.Typer(
-    cls=NeuroncGroup, no_args_is_help=True, help="List, verify, remove and clean up bundles in a store."
+store_app = cli.Group(
+    no_args_is_help=True,
+    help="List, fetch, publish, verify, remove and clean up bundles in a store.",
 )
-app.add_typer(store_app, name="store")
+app.add_command(store_app, name="store")
 
 KeyArg = Annotated[
-    str, typer.Argument(help="Config-hash prefix (4+ hex), HASH@TOOLCHAIN prefix, or store-relative path.")
+    str, cli.Argument(help="Config-hash prefix (4+ hex), HASH@TOOLCHAIN prefix, or store-relative path.")
 ]
-AllOpt = Annotated[bool, typer.Option("--all", help="Act on every bundle the key matches.")]
+AllOpt = Annotated[bool, cli.Option("--all", help="Act on every bundle the key matches.")]
 
 
 def _open(store: str | None, *, existing: bool = True) -> BundleStore:
@@ -132,14 +133,14 @@ def verify_command(
     key: KeyArg,
     repair: Annotated[
         bool,
-        typer.Option(
+        cli.Option(
             "--repair",
             help="Mend a damaged bundle: upload good copies of its damaged files again (from --from or this "
             "host's cache), or else drop it so the next compile rebuilds it.",
         ),
     ] = False,
     source: Annotated[
-        Path | None, typer.Option("--from", help="With --repair: a local copy of the bundle to take good files from.")
+        Path | None, cli.Option("--from", help="With --repair: a local copy of the bundle to take good files from.")
     ] = None,
     store: StoreOpt = None,
     json_out: JsonOpt = False,
@@ -189,17 +190,85 @@ def verify_command(
 
 @command(store_app, name="publish", epilog="Example: neuronc store publish ./bundle --store s3://bucket/bundles")
 def publish_command(
-    bundle: Annotated[Path, typer.Argument(help="A complete bundle directory.", show_default=False)],
+    bundle: Annotated[Path, cli.Argument(help="A complete bundle directory.", show_default=False)],
+    sign: Annotated[
+        bool,
+        cli.Option(
+            "--sign",
+            help="Sign the bundle first (BUNDLE/bundle.sig), with what NEURONC_SIGNING_KEY / _CERT / _SIGSTORE "
+            "names; the signature is stored with it.",
+        ),
+    ] = False,
     store: StoreOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Copy a bundle into the store after checking every file (exit 4 if it is damaged)."""
+    """Copy a bundle into the store after checking every file (exit 4 if it is damaged), with its signature."""
+    from neuronc.cli._signing import render_signature, sign_and_store, signer_from_environment
+
     out.configure(json_mode=json_out)
     s = _open(store, existing=False)  # publishing makes the store
+    signature = sign_and_store(bundle, signer_from_environment(), None) if sign else None
     published = s.publish(bundle)
+    data = {**published.to_json(), "signature": signature}
 
     def render() -> None:
+        if signature is not None:
+            render_signature(signature, verb="signed")
         word = "published" if not published.lost_race else "already stored"
         out.print(f"{word}: {published.location}")
 
-    out.result(published.to_json(), render)
+    out.result(data, render)
+
+
+@command(
+    store_app,
+    name="fetch",
+    epilog="Example: neuronc store fetch 3f9c2a1b --store s3://bucket/bundles --out bundle --require-signature "
+    "--key signing-key.pub",
+)
+def fetch_command(
+    key: KeyArg,
+    out_dir: Annotated[
+        Path | None,
+        cli.Option("--out", "-o", help="Copy the bundle here (replacing a bundle there, never other data)."),
+    ] = None,
+    require_signature: RequireSignatureOpt = False,
+    trust_key: TrustKeyOpt = None,
+    certificate: TrustCertOpt = None,
+    identity: IdentityOpt = None,
+    issuer: IssuerOpt = None,
+    store: StoreOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Get the bundle KEY names from the store, every file verified (a remote store's lands in its local cache)."""
+    from neuronc.bundle import read_manifest
+    from neuronc.bundle.signature import read_signature
+    from neuronc.cli._signing import check_signature, render_signature, trust_for
+
+    out.configure(json_mode=json_out)
+    trust = trust_for(flag=require_signature, key=trust_key, certificates=certificate, identity=identity, issuer=issuer)
+    s = _open(store)
+    bundle = s.fetch(key)
+    signed = check_signature(bundle, trust)  # before the copy: a refused bundle never reaches --out
+    placed = None
+    if out_dir is not None:
+        from neuronc.pipeline.out import place_bundle
+
+        placed = place_bundle(bundle, out_dir)
+    manifest = read_manifest(placed or bundle)
+    data = {
+        "store": s.location,
+        "config_hash": manifest.config_hash,
+        "toolchain_key": manifest.toolchain_key,
+        "bundle": str(bundle),
+        "out": str(placed) if placed else None,
+        "signed": read_signature(placed or bundle) is not None,
+        "signature": signed.to_json() if signed else None,
+    }
+
+    def render() -> None:
+        if signed is not None:
+            render_signature(signed.to_json(), verb="verified, signed")
+        out.print(f"fetched {manifest.config_hash[:12]}: {placed or bundle}")
+
+    out.result(data, render)

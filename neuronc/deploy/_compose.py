@@ -176,6 +176,7 @@ def endpoint_files(
     max_prompt: int,
     max_total: int,
     tokenizer: str,
+    model: str | None = None,
 ) -> list[EmittedFile]:
     """The GuideLLM hand-off for a deployment reached at ``--port``: as many requests in flight as
     every replica's compiled batch."""
@@ -183,7 +184,7 @@ def endpoint_files(
 
     endpoint = Endpoint(
         target=f"http://localhost:{options.port}",
-        model=v.model_id,
+        model=model or v.model_id,  # the name the server answers to
         concurrency=v.batch_size * replicas,
         max_prompt=max_prompt,
         max_total=max_total,

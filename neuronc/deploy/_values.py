@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from neuronc.bundle import MANIFEST_NAME, Manifest
 from neuronc.errors import BundleFormatError, safe_text
-from neuronc.hardware import LNC_OPTION, chip
+from neuronc.hardware import LNC_OPTION, chip, lnc
 from neuronc.spec import TARGETS, WEIGHT_MODES
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -71,6 +71,16 @@ class ServingValues:
     options: Mapping[str, Any] = field(default_factory=dict)
     nxdi: NxdiRecord | None = None
     tnx: TnxRecord | None = None
+
+    @property
+    def runtime_env(self) -> dict[str, str]:
+        """Runtime variables the compiled graphs need on the serving host: on a target with more than one
+        LNC size (trn2), ``NEURON_LOGICAL_NC_CONFIG`` = the LNC compiled for. The runtime defaults to 2 on
+        trn2 and must match the compiler's LNC (Neuron docs, "Logical NeuronCore configuration")."""
+        device = chip(self.target)
+        if device is None or len(device.lnc_sizes) < 2:
+            return {}
+        return {"NEURON_LOGICAL_NC_CONFIG": str(lnc(self.target, self.options))}
 
     @property
     def dtype(self) -> str:

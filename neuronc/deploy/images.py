@@ -30,7 +30,25 @@ from packaging.version import InvalidVersion, Version
 
 from neuronc.errors import InvalidInputError
 
-HF_DLC_ACCOUNT = "763104351884"  # optimum-neuron optimum/neuron/utils/ecr.py ACCOUNT_IDS (most regions)
+HF_DLC_ACCOUNT = "763104351884"
+# The regions the Hugging Face vLLM neuronx DLC is published in, all under account 763104351884 at
+# ``.amazonaws.com``: aws/sagemaker-python-sdk master (a2481266)
+# ``sagemaker-core/src/sagemaker/core/image_uri_config/huggingface-vllm-neuronx.json`` ``registries``.
+# Other regions use other accounts for the other Hugging Face neuron images (China: 727897471807 at
+# ``.amazonaws.com.cn``; GovCloud: 446045086412 / 442386744353) and have no vLLM neuronx DLC at all.
+SAGEMAKER_VLLM_REGIONS: tuple[str, ...] = (
+    "ap-northeast-1",
+    "ap-south-1",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "eu-central-1",
+    "eu-west-1",
+    "eu-west-3",
+    "sa-east-1",
+    "us-east-1",
+    "us-east-2",
+    "us-west-2",
+)
 
 
 @dataclass(frozen=True)
@@ -143,4 +161,4 @@ def choose_image(family: str, toolchain: Mapping[str, str | None], packages: tup
     raise InvalidInputError(msg, hint=hint)
 
 
-__all__ = ["FAMILY_WORDS", "IMAGES", "ServingImage", "choose_image", "find_image", "public"]
+__all__ = ["FAMILY_WORDS", "IMAGES", "SAGEMAKER_VLLM_REGIONS", "ServingImage", "choose_image", "find_image", "public"]

@@ -13,13 +13,14 @@ import json
 import shlex
 from typing import Any
 
-from neuronc.deploy._compose import resolve_instance
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
-from neuronc.deploy.images import choose_image, public
+from neuronc.deploy.images import HF_DLC_ACCOUNT, SAGEMAKER_VLLM_REGIONS, choose_image, public
 from neuronc.deploy.optimum import sm_on_env
+from neuronc.deploy.sagemaker_instance_types import BOTOCORE_VERSION, PRODUCTION_VARIANT_INSTANCE_TYPES
 from neuronc.errors import InvalidInputError
+from neuronc.hardware import InstanceType
 
 MODEL_DIR = "/opt/ml/model"
 PLACEHOLDER_S3 = "s3://YOUR-BUCKET/neuronc/{name}/"
@@ -51,7 +52,63 @@ def _image(v: ServingValues, options: DeployOptions) -> str:
             f"exported with optimum-neuron {v.version('optimum-neuron') or 'unknown'}"
         )
         raise InvalidInputError(msg, hint="deploy it with --for tgi on EC2, or pass --image with a container for it")
-    return choose_image("sagemaker-vllm", v.toolchain, VERSIONS).image.format(region=options.region)
+    image = choose_image("sagemaker-vllm", v.toolchain, VERSIONS).image
+    if options.region not in SAGEMAKER_VLLM_REGIONS:
+        msg = (
+            f"--region {options.region}: the Hugging Face vLLM neuronx SageMaker container is published only in "
+            f"{', '.join(SAGEMAKER_VLLM_REGIONS)} (ECR account {HF_DLC_ACCOUNT})"
+        )
+        hint = "deploy in one of those regions, or pass --image with a container copied to your region's ECR"
+        raise InvalidInputError(msg, hint=hint)
+    return image.format(region=options.region)
+
+
+def aws_domain(region: str) -> str:
+    """The partition's DNS suffix: China regions live under ``amazonaws.com.cn`` (botocore endpoints)."""
+    return "amazonaws.com.cn" if region.startswith("cn-") else "amazonaws.com"
+
+
+# trn1n.32xlarge carries the devices of trn1.32xlarge (16 Trainium chips, 32 NeuronCores; more network
+# bandwidth): SageMaker accepts it, hardware.INSTANCE_TYPES does not list it yet.
+SAME_DEVICES = {"trn1n.32xlarge": "trn1.32xlarge"}
+
+
+def _accepted() -> str:
+    return f"{', '.join(PRODUCTION_VARIANT_INSTANCE_TYPES)} (botocore {BOTOCORE_VERSION} ProductionVariantInstanceType)"
+
+
+def sagemaker_instance(v: ServingValues, options: DeployOptions) -> tuple[str, InstanceType]:
+    """The ``ml.`` instance type of the endpoint and its devices: one SageMaker's
+    ``ProductionVariantInstanceType`` enum holds (botocore's client does not check enums; the service
+    would refuse the request), ``--instance-type`` or the smallest of the bundle's target with tp cores."""
+    from neuronc.hardware import INSTANCE_TYPES, instance_type
+
+    if options.instance_type:
+        bare = options.instance_type.removeprefix("ml.")
+        if f"ml.{bare}" not in PRODUCTION_VARIANT_INSTANCE_TYPES:
+            msg = f"--instance-type {options.instance_type}: not an instance type SageMaker endpoints accept"
+            raise InvalidInputError(msg, hint=f"SageMaker's Neuron instance types: {_accepted()}")
+        instance = instance_type(SAME_DEVICES.get(bare, bare))
+        if instance is None:
+            raise InvalidInputError(f"--instance-type {options.instance_type}: not a known Neuron instance type")
+        if instance.target != v.target:
+            msg = f"--instance-type {bare} is {instance.target}; the bundle was compiled for {v.target}"
+            raise InvalidInputError(msg)
+        return f"ml.{bare}", instance
+    fits = sorted(
+        (
+            i
+            for i in INSTANCE_TYPES
+            if i.target == v.target
+            and f"ml.{i.name}" in PRODUCTION_VARIANT_INSTANCE_TYPES
+            and i.cores_at(v.options) >= v.tp_degree
+        ),
+        key=lambda i: (i.host_memory_gib, i.devices),
+    )
+    if not fits:
+        msg = f"no SageMaker endpoint instance type of {v.target} has the {v.tp_degree} NeuronCores the bundle needs"
+        raise InvalidInputError(msg, hint=f"SageMaker's Neuron instance types: {_accepted()}")
+    return f"ml.{fits[0].name}", fits[0]
 
 
 def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
@@ -61,14 +118,14 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
         raise InvalidInputError(f"--s3-uri {s3_uri}: not an s3:// URI")
     if not s3_uri.endswith("/"):
         s3_uri += "/"  # S3Prefix: every object under the prefix, as a directory
-    instance = resolve_instance(v, options)
+    instance_name, instance = sagemaker_instance(v, options)
     cores = instance.cores_at(v.options)  # trn2 at LNC=1: the physical cores
     if cores < v.tp_degree:
-        msg = f"--instance-type {instance.name}: {cores} NeuronCores; the bundle needs {v.tp_degree}"
+        msg = f"--instance-type {instance_name}: {cores} NeuronCores; the bundle needs {v.tp_degree}"
         raise InvalidInputError(msg, hint="choose a larger --instance-type")
     download_s, startup_s = timeouts(v)
     name = f"neuronc-{v.name}"[:63]
-    environment = sm_on_env(v, f"{MODEL_DIR}/artifacts")
+    environment = {**sm_on_env(v, f"{MODEL_DIR}/artifacts"), **v.runtime_env}
     model: dict[str, Any] = {
         "ModelName": name,
         "ExecutionRoleArn": options.role_arn or PLACEHOLDER_ROLE,
@@ -84,7 +141,7 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
             {
                 "VariantName": "AllTraffic",
                 "ModelName": name,
-                "InstanceType": f"ml.{instance.name}",
+                "InstanceType": instance_name,
                 "InitialInstanceCount": 1,
                 "ModelDataDownloadTimeoutInSeconds": download_s,
                 "ContainerStartupHealthCheckTimeoutInSeconds": startup_s,
@@ -124,7 +181,7 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     proxy = (
         "Requests to a SageMaker endpoint are signed: start a SigV4 proxy on localhost:8080 first, e.g.",
         f"docker run -p 8080:8080 public.ecr.aws/aws-observability/aws-sigv4-proxy --name sagemaker "
-        f"--region {options.region} --host runtime.sagemaker.{options.region}.amazonaws.com",
+        f"--region {options.region} --host runtime.sagemaker.{options.region}.{aws_domain(options.region)}",
     )
     files = (
         EmittedFile("create-model.json", dump(model), "aws sagemaker create-model input"),
@@ -139,4 +196,4 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     return Rendered(Stack.sagemaker, files, image=image, notes=notes)
 
 
-__all__ = ["MODEL_DIR", "render_sagemaker", "timeouts"]
+__all__ = ["MODEL_DIR", "render_sagemaker", "sagemaker_instance", "timeouts"]

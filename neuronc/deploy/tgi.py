@@ -38,6 +38,7 @@ def tgi_env(v: ServingValues, model_id: str) -> dict[str, str]:
         "MAX_INPUT_TOKENS": str(inputs),
         "MAX_TOTAL_TOKENS": str(v.max_length),
         "MAX_BATCH_PREFILL_TOKENS": str(v.batch_size * inputs),
+        **v.runtime_env,
     }
 
 

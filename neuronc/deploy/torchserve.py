@@ -71,8 +71,10 @@ def handler_settings(v: ServingValues) -> dict[str, Any]:
         "from_pretrained_extra": recorded,
         "neuron_config": dict(v.tnx.neuron_config) if v.tnx.neuron_config else None,
         "max_length": v.max_length,
-        "longest_prompt": v.longest_prompt,
-        "max_new_tokens": max(1, min(256, v.max_length - v.longest_prompt)),
+        # A prompt must leave room for one new token: when the largest context bucket is max_length,
+        # prompts are capped one below it (the handler refuses longer ones).
+        "longest_prompt": min(v.longest_prompt, v.max_length - 1),
+        "max_new_tokens": max(1, min(256, v.max_length - min(v.longest_prompt, v.max_length - 1))),
     }
     return settings
 

@@ -32,7 +32,12 @@ from neuronc.deploy._values import ServingValues
 from neuronc.deploy.images import find_image, known_text, versions_text
 from neuronc.errors import InvalidInputError
 
-SERVER_PORT = 8000  # vllm serve's default port, inside each container
+# The AWS vLLM DLCs (aws-neuron/deep-learning-containers vllm/inference/*/Dockerfile.neuronx, tags
+# 2.27.0-2.32.0) declare ``EXPOSE 8080 8081`` and ``HEALTHCHECK curl --fail http://localhost:8080/ping``;
+# vLLM serves /ping on its API port, whose default is 8000. Serving on 8080 keeps the image's health
+# check true (on 8000 every replica would stay "unhealthy").
+SERVER_PORT = 8080
+DLC_HEALTHCHECK_URL = "http://localhost:8080/ping"
 VERSIONS = ("neuronx-cc", "neuronx-distributed-inference")
 
 
@@ -60,8 +65,8 @@ def check_vllm_can_serve(v: ServingValues) -> None:
         raise InvalidInputError(msg, hint="compile without them (options.serving: vllm does)")
 
 
-def vllm_env(bundle: str) -> dict[str, str]:
-    return {"NEURON_COMPILED_ARTIFACTS": f"{bundle}/artifacts"}
+def vllm_env(v: ServingValues, bundle: str) -> dict[str, str]:
+    return {"NEURON_COMPILED_ARTIFACTS": f"{bundle}/artifacts", **v.runtime_env}
 
 
 def vllm_args(v: ServingValues, bundle: str, port: int) -> list[str]:
@@ -88,7 +93,7 @@ def vllm_args(v: ServingValues, bundle: str, port: int) -> list[str]:
 
 def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
     check_vllm_can_serve(v)
-    env = vllm_env(v.bundle)
+    env = vllm_env(v, v.bundle)
     target, versions = comment_text(v.target), comment_text(versions_text(v.toolchain, VERSIONS))
     script = (
         "#!/bin/sh\n"
@@ -118,7 +123,7 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
         replicas = where.replicas
         command = ["vllm", "serve", *vllm_args(v, CONTAINER_BUNDLE, SERVER_PORT)]
         service = {"image": image, "command": command, "volumes": bundle_volumes(v), "shm_size": "1gb"}
-        env_list = [vllm_env(CONTAINER_BUNDLE) for _ in where.groups]
+        env_list = [vllm_env(v, CONTAINER_BUNDLE) for _ in where.groups]
         files += replica_files(
             v,
             options,
@@ -145,4 +150,4 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
     return Rendered(Stack.vllm, tuple(files), image=image, notes=tuple(notes))
 
 
-__all__ = ["check_vllm_can_serve", "render_vllm", "vllm_args", "vllm_env"]
+__all__ = ["DLC_HEALTHCHECK_URL", "SERVER_PORT", "check_vllm_can_serve", "render_vllm", "vllm_args", "vllm_env"]

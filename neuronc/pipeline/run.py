@@ -13,17 +13,21 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuronc.backends.base import Availability
-from neuronc.errors import EXIT_ENVIRONMENT, BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
+from neuronc.errors import BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
 from neuronc.pipeline.context import BuildContext, resolve_build
 from neuronc.pipeline.messages import Log, logging_to, say
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, hit_graphs
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import NULL_PROGRESS, ProgressSink
-from neuronc.resources import default_jobs
+from neuronc.resources import WorkPool, default_jobs
 from neuronc.spec import BuildSpec
 from neuronc.store import BundleStore
+
+if TYPE_CHECKING:
+    from neuronc.pipeline.local import Executor
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,8 @@ class BuildOptions:
     # Also place each bundle here (``--out``); in a sub-directory per bundle with ``out_subdir``.
     out_dir: Path | None = None
     out_subdir: bool = False
+    # Worker slots shared by the builds of a matrix compiled in this process (``neuronc.pipeline.local``).
+    pool: WorkPool | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,7 @@ def compile_profiles(
     progress: ProgressSink = NULL_PROGRESS,
     on_report: Callable[[BuildReport], None] | None = None,
     log: Log | None = None,
+    executor: Executor | None = None,
 ) -> list[BuildReport]:
     """Compile every build of every profile; return one report per build.
 
@@ -126,10 +133,14 @@ def compile_profiles(
         progress: where stage and graph progress goes.
         on_report: called with each report as soon as its build ends.
         log: called with messages for people (why a lookup missed, waiting for a lock).
+        executor: where the builds run: this process (``LocalExecutor``, the default: the graphs of
+            all builds share one pool of ``jobs`` workers within the host memory the pre-flight's
+            estimates allow) or a Ray cluster (``neuronc.pipeline.farm.RayExecutor``).
 
     Raises:
         ProfileError: a profile is invalid (exit 2), before anything is built.
-        BackendUnavailableError: a backend cannot run here (exit 5), before anything is built.
+        BackendUnavailableError: a backend cannot run here (exit 5), before anything is built
+            (on a Ray cluster: that build fails, naming the node).
         InvalidInputError: ``only`` matches no build.
         KeyboardInterrupt: after the running build's staging directory is removed.
     """
@@ -141,7 +152,6 @@ def compile_profiles(
     with logging_to(log):
         contexts: list[BuildContext | None] = list(select_builds(specs, only)) if only else [None] * len(specs)
         selected = [c.spec for c in contexts if c is not None] if only else list(specs)
-        availabilities = check_backends(selected)  # only the builds that will run must be able to run here
         options = BuildOptions(
             jobs=jobs or default_jobs(),
             require_hit=require_hit,
@@ -149,26 +159,15 @@ def compile_profiles(
             out_dir=Path(out_dir) if out_dir is not None else None,
             out_subdir=len(selected) > 1,
         )
-        resolved_store = open_store(store)
-        reports: list[BuildReport] = []
-        for index, (spec, ctx) in enumerate(zip(selected, contexts, strict=True)):
-            report = build_one(
-                spec, store=resolved_store, options=options, availability=availabilities.get(spec.backend), context=ctx
-            )
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-            if report.exit_code == EXIT_ENVIRONMENT:
-                # The same environment would fail every remaining build: say so instead of trying.
-                for rest in selected[index + 1 :]:
-                    skipped = BuildReport.for_spec(
-                        rest, BuildStatus.SKIPPED, messages=[f"skipped after an environment error in {report.label}"]
-                    )
-                    reports.append(skipped)
-                    if on_report is not None:
-                        on_report(skipped)
-                break
-    return reports
+        if executor is None:
+            from neuronc.pipeline.local import LocalExecutor
+
+            executor = LocalExecutor()
+        return executor.run(selected, contexts, store=store, options=options, on_report=on_report or _ignore)
+
+
+def _ignore(report: BuildReport) -> None:
+    pass
 
 
 def build_one(
@@ -246,7 +245,7 @@ def _build(
     for line in nearest_lines(nearest):
         say(f"{ctx.label}: {line}")
     with clock.stage("preflight", "memory pre-flight", quiet=True):
-        preflight(ctx, options.jobs)
+        estimate = preflight(ctx, options.jobs)
         # A missing bucket or a read-only store fails now (exit 5), not after an hour of compiling.
         store.ensure_writable()
 
@@ -263,7 +262,7 @@ def _build(
                 hit_graphs(Path(found)),
                 ("built concurrently by another process; reused",),
             )
-        built = compile_into_store(ctx, store, options, clock)
+        built = compile_into_store(ctx, store, options, clock, estimate)
     if built.lost_race:
         # Another host published this key first: its bundle is the one in the store, and the one
         # this build uses (the local copy was replaced by it).

@@ -22,6 +22,7 @@ from neuronc.store import BundleStore
 
 if TYPE_CHECKING:
     from neuronc.pipeline.run import BuildOptions
+    from neuronc.preflight import Estimate
 
 _LOG_TAIL_LINES = 20
 
@@ -37,17 +38,28 @@ class Built:
     message: str | None = None
 
 
-def preflight(ctx: BuildContext, jobs: int) -> None:
+def preflight(ctx: BuildContext, jobs: int) -> Estimate:
     """The memory estimate `neuronc plan` shows: a build that cannot fit fails (exit 2) before it compiles."""
     from neuronc.preflight import preflight as check
 
     estimate = check(ctx.spec, ctx.model_config, backend=ctx.backend, graphs=len(ctx.plan.graphs), jobs=jobs)
     for warning in estimate.warnings:
         say(f"warning: {warning}")
+    return estimate
 
 
-def compile_into_store(ctx: BuildContext, store: BundleStore, options: BuildOptions, clock: StageClock) -> Built:
-    """Resolve the checkpoint, split, copy model files, compile and publish; never leave a half-written bundle."""
+def compile_into_store(
+    ctx: BuildContext,
+    store: BundleStore,
+    options: BuildOptions,
+    clock: StageClock,
+    estimate: Estimate | None = None,
+) -> Built:
+    """Resolve the checkpoint, split, copy model files, compile and publish; never leave a half-written bundle.
+
+    With ``options.pool`` (a matrix compiled in this process) the split holds one of the run's worker
+    slots and the compile's worker processes each hold one, reserving the pre-flight's ``estimate``.
+    """
     from neuronc.model.source import resolve_checkpoint
 
     spec = ctx.spec
@@ -64,7 +76,9 @@ def compile_into_store(ctx: BuildContext, store: BundleStore, options: BuildOpti
             # The splitter draws its own byte-progress bar.
             with clock.stage("split", f"split weights (tp={spec.tp_degree})", quiet=True):
                 weights_dir = staging / "weights"
-                shards = _split(model_dir, weights_dir, ctx, writer, options)
+                split_bytes = estimate.host_split_bytes if estimate is not None else None
+                with options.pool.slot(split_bytes) if options.pool is not None else contextlib.nullcontext():
+                    shards = _split(model_dir, weights_dir, ctx, writer, options)
         with clock.stage("model_files", "copy config and tokenizer"):
             _add_model_files(model_dir, writer)
             _add_profile(ctx, writer)
@@ -78,6 +92,9 @@ def compile_into_store(ctx: BuildContext, store: BundleStore, options: BuildOpti
             weights_dir=weights_dir,
             jobs=options.jobs,
             progress=options.progress,
+            pool=options.pool,
+            host_compile_bytes=estimate.host_compile_bytes if estimate is not None else None,
+            host_compile_per_graph_bytes=estimate.host_compile_per_graph_bytes if estimate is not None else None,
         )
         job.artifacts_dir.mkdir(parents=True, exist_ok=True)
         job.logs_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from neuronc.profile._checks import LenientView, check_backend_fields, check_mod
 from neuronc.profile._matrix import apply_combo, check_matrix_shape, matrix_combinations
 from neuronc.profile._schema import ProfileModel, is_union_branch, pydantic_message, raw_at
 from neuronc.profile._yaml import TooLarge, YamlTree, format_path
-from neuronc.spec import Amp, BuildSpec, ResolvedSequence, WeightsMode
+from neuronc.spec import BuildSpec, ResolvedSequence
 
 MAX_PROFILE_BYTES = 256 * 1024
 SCHEMA_HINT = "see docs/profiles.md, or run `neuronc schema` for the JSON Schema your editor can check against"
@@ -186,14 +186,14 @@ def _build_one(
         target=target,
         tp_degree=model.tp_degree,
         batch_size=model.batch_size,
-        amp=Amp(model.amp or ("fp32" if target == "cpu" else "bf16")),
+        amp=model.amp or ("fp32" if target == "cpu" else "bf16"),
         sequence=ResolvedSequence(
             max_length=seq.max_length,
             max_context_length=seq.max_context_length or seq.max_length,
             context_buckets=context_buckets,
             token_buckets=token_buckets,
         ),
-        weights=WeightsMode(model.weights or backend.default_weights),
+        weights=model.weights,
         compiler_flags=tuple(model.compiler.flags),
         options=model.options,
         sdk=model.sdk,

@@ -38,6 +38,13 @@ def check_hex(value: str, what: str) -> str:
     return value
 
 
+def marker_rel(name: str) -> str:
+    """Where marker ``name`` is in a store (``BundleStore.write_marker``); letters, digits, dashes, else exit 2."""
+    if not name or not all(c.isalnum() or c == "-" for c in name):
+        raise InvalidInputError(f"marker name {name!r}: letters, digits and dashes only")
+    return f".neuronc/markers/{name}"
+
+
 def key_name(config_hash: str, toolchain_key: str) -> str:
     """``<config[:16]>-<toolchain[:16]>``: one file name per key (locks, pending publishes)."""
     return f"{config_hash[:HASH_PREFIX]}-{toolchain_key[:HASH_PREFIX]}"
@@ -106,6 +113,32 @@ class BundleStore(ABC):
     @abstractmethod
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Copy a complete bundle into the store, checking it first (exit 4 if it is damaged)."""
+
+    # -- seen from elsewhere (the nodes of a Ray cluster check they see the store the driver sees) ---
+    def write_marker(self, name: str, data: bytes) -> None:
+        """Write a small marker object ``name`` (letters, digits, dashes) beside the store's bundles."""
+        raise NotImplementedError(f"{type(self).__name__} has no markers")
+
+    def read_marker(self, name: str) -> bytes | None:
+        """A marker's bytes, or None where this host does not see it."""
+        raise NotImplementedError(f"{type(self).__name__} has no markers")
+
+    def remove_marker(self, name: str) -> None:
+        """Remove a marker (nothing if it is gone)."""
+        raise NotImplementedError(f"{type(self).__name__} has no markers")
+
+    @abstractmethod
+    def publish_signature(self, bundle_dir: str | os.PathLike[str]) -> str | None:
+        """Store the signature of a local copy of a stored bundle (``bundle.sig``) with the stored bundle.
+
+        The stored bundle is the one with the same manifest bytes; returns where the signature now
+        is, or None when the copy has no signature or the store has no such bundle.
+        """
+
+    @abstractmethod
+    def fetch(self, key: str) -> Path:
+        """The one bundle ``key`` names as a local directory, with its signature if it has one
+        (a remote store downloads and verifies it into its cache). Exit 2 if the key names none or several."""
 
     # -- maintenance ----------------------------------------------------------------------------
     @abstractmethod

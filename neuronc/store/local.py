@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
 from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
-from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import (
     GcReport,
@@ -195,6 +195,29 @@ class LocalStore(BundleStore):
             msg = f"store {self.root} is not writable: {exc.strerror or exc}"
             raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
 
+    def _marker(self, name: str) -> Path:
+        return self.root / marker_rel(name)
+
+    def write_marker(self, name: str, data: bytes) -> None:
+        from neuronc.fsutil import atomic_write_bytes
+
+        path = self._marker(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(path, data)
+        except OSError as exc:
+            msg = f"store {self.root} is not writable: {exc.strerror or exc}"
+            raise EnvironmentIncompatibleError(msg, hint="choose another --store or NEURONC_STORE") from exc
+
+    def read_marker(self, name: str) -> bytes | None:
+        try:
+            return self._marker(name).read_bytes()
+        except OSError:
+            return None
+
+    def remove_marker(self, name: str) -> None:
+        self._marker(name).unlink(missing_ok=True)
+
     def get_or_build(
         self,
         config_hash: str,
@@ -233,12 +256,13 @@ class LocalStore(BundleStore):
         )
         from neuronc.bundle.fs import MissingEntry, UnsafeEntry, walk_regular
         from neuronc.bundle.publish import Published, PublishStatus
+        from neuronc.bundle.signature import SIGNATURE_NAME
         from neuronc.fsutil import check_free_space
 
         source = Path(bundle_dir)
         raw = read_manifest_bytes(source)
         manifest = parse_manifest(raw, where=f"{source}/{MANIFEST_NAME}")
-        listed = {f.path for f in manifest.files} | {MANIFEST_NAME}
+        listed = {f.path for f in manifest.files} | {MANIFEST_NAME, SIGNATURE_NAME}
         root = Path(os.path.realpath(source))
         intact = manifest_seal_problem(raw) is None and all(
             why is None and rel in listed for rel, why in walk_regular(root, MAX_FILES + 1000)
@@ -249,6 +273,7 @@ class LocalStore(BundleStore):
             with self.lock(manifest.config_hash, manifest.toolchain_key):
                 hit = self.lookup(manifest.config_hash, manifest.toolchain_key)
                 if hit is not None:
+                    self._adopt_signature(source, raw, hit)
                     return Published(hit, PublishStatus.EXISTS, str(hit), "already in the store")
                 size = manifest.total_bytes + len(raw)
                 check_free_space(self.root, size, what=f"bundle {manifest.config_hash[:12]}")
@@ -259,6 +284,36 @@ class LocalStore(BundleStore):
             # Name every problem (this second read happens only for a damaged source).
             verify_bundle(source, jobs=jobs).raise_for_problems()
             raise
+
+    def _adopt_signature(self, source: Path, raw: bytes, stored: Path) -> bool:
+        """A signed copy of a stored bundle (same manifest bytes) gives the stored bundle its signature;
+        whether the stored bundle now holds the source's signature."""
+        from neuronc.bundle import read_manifest_bytes
+        from neuronc.bundle.signature import read_signature, write_signature
+
+        signature = read_signature(source)
+        if signature is None or read_manifest_bytes(stored) != raw:
+            return False
+        if read_signature(stored) != signature:
+            write_signature(stored, signature)
+        return True
+
+    def publish_signature(self, bundle_dir: str | os.PathLike[str]) -> str | None:
+        """Store the signature of ``bundle_dir`` with the stored bundle of the same manifest bytes."""
+        from neuronc.bundle import parse_manifest, read_manifest_bytes
+        from neuronc.bundle.signature import SIGNATURE_NAME, read_signature
+
+        source = Path(bundle_dir)
+        raw = read_manifest_bytes(source)
+        stored = self.path_for(parse_manifest(raw, where=f"{source}/{MANIFEST_NAME}"))
+        if read_signature(source) is None or not (stored / MANIFEST_NAME).is_file():
+            return None
+        return str(stored / SIGNATURE_NAME) if self._adopt_signature(source, raw, stored) else None
+
+    def fetch(self, key: str) -> Path:
+        """The stored bundle ``key`` names, as a directory (a local store's bundles are directories already)."""
+        [entry] = self.select(key)
+        return Path(entry.location)
 
     # -- listing ----------------------------------------------------------------------------
     def _bundle_dirs(self) -> Iterator[Path]:

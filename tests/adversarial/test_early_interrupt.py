@@ -1,13 +1,13 @@
 """Ctrl-C in the first moments of a run ends it like Ctrl-C later: exit 130, ``interrupted``, one JSON document.
 
-Importing the command line (Typer, rich, the command modules) takes a tenth of a second or more; a
+Importing the command line (Click, rich, the command modules) takes a tenth of a second or more; a
 SIGINT then used to surface as a KeyboardInterrupt traceback from whatever module was loading, the
 process killed by the signal and no ``--json`` document. ``neuronc.__main__`` now holds SIGINT back
 while it imports and ends the run at once afterwards; argument parsing is covered the same way.
 
-The clock starts when Python has imported the ``neuronc`` package (``-X importtime`` reports it on
-stderr): what comes before is Python's own start-up (site, ``.pth`` hooks, runpy), where no
-program's code runs yet. Each delay after that lands somewhere in the imports, the argument
+The clock starts when ``neuronc.__main__`` has imported ``signal`` (``-X importtime`` reports it on
+stderr, after the ``neuronc`` package): what comes before is Python's own start-up (site, ``.pth``
+hooks, runpy compiling ``__main__``), where no program's code runs yet. Each delay after that lands somewhere in the imports, the argument
 parsing, or the command itself; every one must end the documented way.
 """
 
@@ -41,11 +41,15 @@ def _interrupted_at(delay: float, args: list[str], cwd: Path) -> tuple[int, byte
         env={**os.environ, "NEURONC_STORE": str(cwd / "store"), "HF_HUB_OFFLINE": "1"},
     )
     assert proc.stderr is not None
-    seen = b""
-    while not seen.rstrip().endswith(b"| neuronc"):  # the package itself is imported: neuronc's code runs next
+    # The clock starts once neuronc.__main__ has imported `signal` (importtime's "| signal" line, after
+    # the package's): from there it holds Ctrl-C back. What comes before — Python's start-up, runpy
+    # finding and compiling __main__ — runs no program code that could do anything with a signal.
+    waiting_for = [b"| neuronc", b"| signal"]
+    while waiting_for:
         line = proc.stderr.readline()
-        assert line, "the child ended before importing neuronc"
-        seen = line
+        assert line, f"the child ended before importing {waiting_for[0]!r}"
+        if line.rstrip().endswith(waiting_for[0]):
+            waiting_for.pop(0)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     stdout, rest = proc.communicate(timeout=60)

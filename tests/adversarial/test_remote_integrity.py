@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from _seaweedfs import SeaweedFS, use_server_and_make_bucket
+from click.testing import CliRunner
 from plugins.fake_backend import build_bundle, make_spec
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.bundle import MANIFEST_NAME, read_manifest, verify_bundle

@@ -60,7 +60,7 @@ EOF
     echo "optimum-neuron==$version" > "$stamp"
 fi
 "$venv/bin/pip" install --quiet --no-deps -e "$repo"
-"${pip[@]}" "typer>=0.29,<0.30" "rich>=13.7" "pyyaml>=6.0" "pydantic>=2.6,<3" "filelock>=3.13" \
+"${pip[@]}" "click>=8.2,<9" "rich>=13.7" "pyyaml>=6.0" "pydantic>=2.6,<3" "filelock>=3.13" \
     "safetensors>=0.4.3" "packaging>=23"
 "$venv/bin/python" -c "import torch, optimum.neuron.version as v; print(f'optimum-neuron {v.__version__}, torch {torch.__version__}')"
 

@@ -26,7 +26,7 @@ VLLM_PARSER_DEPS=(regex cachetools cbor2 cloudpickle psutil setproctitle pyzmq b
     "lm-format-enforcer==0.11.3" aiohttp requests)
 STACKS=("optimum-neuron==0.4.5" "transformers>=4.57,<4.58" botocore "torch-model-archiver==0.12.0"
     "torchserve==0.12.0" "guidellm==0.8.1" "pytest>=8")
-NEURONC_DEPS=("typer>=0.29,<0.30" "rich>=13.7" "pyyaml>=6.0" "pydantic>=2.6,<3" "filelock>=3.13"
+NEURONC_DEPS=("click>=8.2,<9" "rich>=13.7" "pyyaml>=6.0" "pydantic>=2.6,<3" "filelock>=3.13"
     "huggingface_hub>=0.30" "safetensors>=0.4.3" "packaging>=23" "numpy>=1.26" "tokenizers>=0.20")
 
 step() { echo "== $1 ($(( SECONDS - t0 ))s so far)"; }

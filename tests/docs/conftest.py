@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -44,6 +46,36 @@ class Workspace:
             timeout=timeout,
             check=False,
         )
+
+    def invoke(self, *args: str | Path, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`neuronc ARGS` in this process (the console script's own ``main``), as ``run`` sees it.
+
+        The environment, the working directory and stdout/stderr are the workspace's for the call
+        only; the output module is reset around it. Hundreds of times faster than a fresh
+        interpreter: what does not depend on process start-up runs here.
+        """
+        from neuronc._output import out
+        from neuronc.cli import main
+
+        saved_env, saved_cwd = dict(os.environ), os.getcwd()
+        stdout, stderr = io.StringIO(), io.StringIO()
+        os.environ.clear()
+        os.environ.update({**self.env, **(env or {})})
+        os.chdir(self.root)
+        out.reset()
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    main([str(a) for a in args])
+                    code: int = 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            out.reset()
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+        return subprocess.CompletedProcess(["neuronc", *map(str, args)], code, stdout.getvalue(), stderr.getvalue())
 
     def json(self, *args: str | Path, code: int = 0, **kwargs: Any) -> Any:
         proc = self.run(*args, **kwargs)

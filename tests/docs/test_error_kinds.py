@@ -73,15 +73,14 @@ def test_every_error_class_serialises_to_the_documented_error_object(cls: type[N
 
 
 def test_ctrl_c_with_json_prints_the_interrupted_error_document(capsys: pytest.CaptureFixture[str]) -> None:
-    import typer
-
+    from neuronc.cli import _cli as cli
     from neuronc.cli._app import handle_errors
 
     @handle_errors
     def interrupted(json_out: bool = False) -> None:
         raise KeyboardInterrupt
 
-    with pytest.raises(typer.Exit) as exit_info:
+    with pytest.raises(cli.Exit) as exit_info:
         interrupted(json_out=True)
     assert exit_info.value.exit_code == 130
     document = json.loads(capsys.readouterr().out)

@@ -37,6 +37,7 @@ import pytest
 from _schemas import assert_conforms
 from conftest import ROOT, Workspace, make_workspace
 from sybil import Document, Example, Region, Sybil
+from sybil.evaluators.skip import Skipper
 from sybil.parsers.markdown import SkipParser
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer
 
@@ -211,8 +212,30 @@ def _workspace_for(page: Path, demo: Any, tmp_path_factory: pytest.TempPathFacto
     return _WORKSPACES[page]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("page", "example"), EXAMPLES, ids=[f"{p.name}:{e.line}" for p, e in EXAMPLES])
+# Examples that load the model with torch (`run`, `verify --accuracy`) or retrain it take seconds to
+# minutes each: they are `slow` (.ci/run runs them; a plain `pytest` does not).
+LOADS_TORCH = re.compile(r"neuronc\s+run\s|--accuracy|neuronc\.demo|train_demo_model")
+
+
+def _loads_torch(example: Example) -> bool:
+    parsed = example.parsed
+    return isinstance(parsed, tuple) and parsed[0] in SHELLS and bool(LOADS_TORCH.search(parsed[1]))
+
+
+def _params() -> list[Any]:
+    params = []
+    for index, (page, example) in enumerate(EXAMPLES):
+        slow = _loads_torch(example)
+        if isinstance(example.region.evaluator, Skipper) and index + 1 < len(EXAMPLES):
+            # A skip directive is an example of its own: it goes with the block it skips, or `-m slow`
+            # would select a skipped slow block without its directive, and run it.
+            slow = _loads_torch(EXAMPLES[index + 1][1])
+        marks = [pytest.mark.slow] if slow else []
+        params.append(pytest.param(page, example, marks=marks, id=f"{page.name}:{example.line}"))
+    return params
+
+
+@pytest.mark.parametrize(("page", "example"), _params())
 def test_example(page: Path, example: Example, request: pytest.FixtureRequest) -> None:
     if isinstance(example.parsed, tuple) and example.parsed[0] in SHELLS:
         # Only shell blocks need the compiled demo (its graph cache) and a directory to run in.

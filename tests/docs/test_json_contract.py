@@ -2,13 +2,18 @@
 of the shape docs/schemas/ documents for the command, on success and on every failure (usage errors
 included), and the exit code is the documented one whatever the environment sets.
 
-Every case runs the real command in a fresh process against the demo bundle compiled once per
-session (tests/_demo.py); the Neuron bundle for `deploy` is written by tests/test_deploy.py's helper.
+Every case runs the real command against the demo bundle compiled once per session (tests/_demo.py);
+the Neuron bundle for `deploy` is written by tests/test_deploy.py's helper. A case runs in this
+process (the console script's ``main``, with the case's environment and directory) unless it says
+why it needs a fresh one; each case runs in a directory of its own and makes whatever state it
+needs itself, so that any case passes alone, in any order, on any worker.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -28,10 +33,12 @@ class Case:
     args: tuple[str, ...]
     code: int = 0
     error: str | None = None  # the error kind expected on failure
+    before: tuple[str, ...] = ()  # a command run first (it must exit 0): the state this case needs
+    process: str | None = None  # why the case must run as a fresh process (None: in this process)
 
 
 CASES = [
-    Case("validate", "validate", ("validate", "tiny-llama-cpu.yaml")),
+    Case("validate", "validate", ("validate", "tiny-llama-cpu.yaml"), process="the console script, start to exit"),
     Case("validate-invalid", "validate", ("validate", "bad.yaml", "tiny-llama-cpu.yaml"), 2),
     Case("hash", "hash", ("hash", "tiny-llama-cpu.yaml")),
     Case("hash-diff", "hash", ("hash", "--diff", "tiny-llama-cpu.yaml", "other.yaml")),
@@ -44,17 +51,40 @@ CASES = [
     Case("inspect-not-a-bundle", "inspect", ("inspect", "models"), 2, "bundle_invalid"),
     Case("verify", "verify", ("verify", "bundle", "--against-env")),
     Case("verify-damaged", "verify", ("verify", "broken"), 4),
+    Case("verify-signature", "verify", ("verify", "signed", "--key", "{public_key}")),
+    Case("verify-unsigned", "verify", ("verify", "bundle", "--signature", "--key", "{public_key}"), 4),
+    Case("verify-no-trust-root", "verify", ("verify", "bundle", "--signature"), 2, "invalid_input"),
+    Case("sign", "sign", ("sign", "to-sign", "--key", "{signing_key}")),
+    Case("sign-missing-key", "sign", ("sign", "to-sign", "--key", "nope.pem"), 2, "invalid_input"),
     Case("store-list", "store-list", ("store", "list")),
     Case("store-verify", "store-verify", ("store", "verify", "c66e92a6")),
     Case("store-verify-unknown", "store-verify", ("store", "verify", "ffffffff"), 2, "invalid_input"),
     Case("store-gc", "store-gc", ("store", "gc")),
     Case("store-publish", "store-publish", ("store", "publish", "bundle", "--store", "store2")),
-    Case("store-rm", "store-rm", ("store", "rm", "c66e92a6", "--store", "store2")),
+    Case("store-fetch", "store-fetch", ("store", "fetch", "c66e92a6", "--out", "fetched")),
+    Case(
+        "store-fetch-unsigned",
+        "store-fetch",
+        ("store", "fetch", "c66e92a6", "--require-signature", "--key", "{public_key}"),
+        4,
+        "signature_missing",
+    ),
+    Case(
+        "store-rm",
+        "store-rm",
+        ("store", "rm", "c66e92a6", "--store", "store2"),
+        before=("store", "publish", "bundle", "--store", "store2"),
+    ),
     Case("store-rm-unknown", "store-rm", ("store", "rm", "ffffffff"), 2, "invalid_input"),
     Case("split", "split", ("split", "models/tiny-llama", "--tp", "1", "--out", "weights")),
     Case("split-check", "split-check", ("split", "--check", "bundle/weights", "models/tiny-llama")),
     Case("split-missing", "split", ("split", "nowhere", "--tp", "2", "--out", "w2"), 2),
-    Case("run", "run", ("run", "bundle", "--prompt", "Alice", "--max-new-tokens", "4")),
+    Case(
+        "run",
+        "run",
+        ("run", "bundle", "--prompt", "Alice", "--max-new-tokens", "4"),
+        process="loads the compiled model into torch, which keeps process-wide state",
+    ),
     Case("run-not-a-bundle", "run", ("run", "models", "--prompt", "Alice"), 2, "bundle_invalid"),
     Case("cache-lookup-model", "cache-lookup", ("cache-lookup", "example-org/tiny-llama", "--snapshot", "{snapshot}")),
     Case("cache-lookup-profile", "cache-lookup", ("cache-lookup", "tiny-llama-cpu.yaml", "--snapshot", "{snapshot}")),
@@ -91,17 +121,53 @@ def ws(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Worksp
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from test_deploy import _bundle  # a Neuron bundle through the real writer (no SDK needed)
 
+    if importlib.util.find_spec("model_signing") is not None:  # the sign extra: CI installs it
+        from _signing import ec_key
+
+        from neuronc.bundle.signing import sign_bundle
+        from neuronc.bundle.signing_material import Signer
+
+        keys = ec_key(root / "keys")
+        workspace.signing_key, workspace.public_key = keys.private, keys.public  # type: ignore[attr-defined]
+        shutil.copytree(root / "bundle", root / "to-sign")
+        sign_bundle(shutil.copytree(root / "bundle", root / "signed"), Signer.choose(key=keys.private))
+
     workspace.neuron_bundle = _bundle(tmp_path_factory.mktemp("neuron-bundle"), "optimum-neuron")  # type: ignore[attr-defined]
     return workspace
 
 
-def _args(ws: Workspace, case: Case) -> list[str]:
+def _args(ws: Workspace, args: tuple[str, ...]) -> list[str]:
     subs = {"{snapshot}": str(HF_FIXTURE / "snapshot"), "{neuron_bundle}": str(ws.neuron_bundle)}  # type: ignore[attr-defined]
-    return [subs.get(a, a) for a in case.args] + ["--json"]
+    for name in ("signing_key", "public_key"):
+        if any(f"{{{name}}}" in a for a in args):
+            if not hasattr(ws, name):
+                pytest.skip("the sign extra (model-signing) is not installed")
+            subs[f"{{{name}}}"] = str(getattr(ws, name))
+    return [subs.get(a, a) for a in args] + ["--json"]
 
 
-def _check(ws: Workspace, case: Case, env: dict[str, str] | None = None) -> None:
-    proc = ws.run(*_args(ws, case), env=env)
+def _own_directory(ws: Workspace, where: Path) -> Workspace:
+    """The workspace's inputs (links to them) in a directory of this case's own: outputs and stores
+    a case writes are its own."""
+    for entry in ws.root.iterdir():
+        if entry.name != "store":
+            (where / entry.name).symlink_to(entry)
+    own = Workspace(where, ws.demo, ws.env)
+    own.neuron_bundle = ws.neuron_bundle  # type: ignore[attr-defined]
+    for name in ("signing_key", "public_key"):
+        if hasattr(ws, name):
+            setattr(own, name, getattr(ws, name))
+    return own
+
+
+def _check(ws: Workspace, case: Case, where: Path, env: dict[str, str] | None = None) -> Workspace:
+    ws = _own_directory(ws, where)
+    if case.before:
+        before = ws.invoke(*_args(ws, case.before))
+        assert before.returncode == 0, (
+            f"{case.id}: `{' '.join(case.before)}` exited {before.returncode}\n{before.stderr}"
+        )
+    proc = (ws.run if case.process else ws.invoke)(*_args(ws, case.args), env=env)
     assert proc.returncode == case.code, f"{case.id}: exit {proc.returncode}, expected {case.code}\n{proc.stderr}"
     assert "Traceback" not in proc.stderr or (env or {}).get("NEURONC_DEBUG"), proc.stderr
     document = json.loads(proc.stdout)  # exactly one document: json.loads refuses trailing data
@@ -114,12 +180,12 @@ def _check(ws: Workspace, case: Case, env: dict[str, str] | None = None) -> None
             assert document["exit_code"] == case.code, document
         else:  # validate's report says so in `valid`, verify's in `ok`
             assert document.get("valid") is False or document.get("ok") is False, document
+    return ws
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_json_output_matches_its_documented_schema(ws: Workspace, case: Case) -> None:
-    _check(ws, case)
+def test_json_output_matches_its_documented_schema(ws: Workspace, case: Case, tmp_path: Path) -> None:
+    ws = _check(ws, case, tmp_path)
     if case.id == "compile-hit":
         assert_conforms("compile-report", json.loads((ws.root / "r.json").read_text()), "the --report file")
     if case.id == "compile-invalid":
@@ -154,28 +220,29 @@ QUICK = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("env", ENVIRONMENTS, ids=list(ENVIRONMENTS))
 @pytest.mark.parametrize("case", QUICK, ids=[c.id for c in QUICK])
-def test_the_environment_changes_neither_exit_code_nor_document(ws: Workspace, case: Case, env: str) -> None:
-    _check(ws, case, ENVIRONMENTS[env])
+def test_the_environment_changes_neither_exit_code_nor_document(
+    ws: Workspace, case: Case, env: str, tmp_path: Path
+) -> None:
+    _check(ws, case, tmp_path, ENVIRONMENTS[env])
 
 
 def _json_commands() -> list[tuple[str, ...]]:
     """Every command of the CLI that takes --json, found from the application itself."""
-    import typer.main
+    import click
 
     found: list[tuple[str, ...]] = []
 
-    def walk(command: object, path: tuple[str, ...]) -> None:
-        subcommands = getattr(command, "commands", None)
-        if subcommands:
-            for name, sub in subcommands.items():
-                walk(sub, (*path, name))
-        elif any("--json" in getattr(p, "opts", ()) for p in getattr(command, "params", ())):
+    def walk(command: click.Command | None, path: tuple[str, ...]) -> None:
+        if isinstance(command, click.Group):
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):
+                walk(command.get_command(ctx, name), (*path, name))
+        elif command is not None and any("--json" in getattr(p, "opts", ()) for p in command.params):
             found.append(path)
 
-    walk(typer.main.get_command(app), ())
+    walk(app, ())
     return found
 
 
@@ -188,16 +255,10 @@ def test_every_json_command_has_a_schema_and_a_case() -> None:
 
 @pytest.mark.parametrize("command", _json_commands(), ids=lambda c: " ".join(c))
 def test_a_usage_error_with_json_is_one_error_document(tmp_path: Path, command: tuple[str, ...]) -> None:
-    import subprocess
-
-    proc = subprocess.run(
-        [sys.executable, "-m", "neuronc", *command, "--no-such-option", "--json"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    ws = Workspace(tmp_path, None, dict(os.environ))  # type: ignore[arg-type]  # no demo needed
+    # One command in a fresh process too: Click's usage error path as the console script takes it.
+    run = ws.run if command == ("compile",) else ws.invoke
+    proc = run(*command, "--no-such-option", "--json")
     assert proc.returncode == 2, proc.stderr
     document = json.loads(proc.stdout)
     assert_conforms("error", document, f"`neuronc {' '.join(command)} --no-such-option --json`")

@@ -10,17 +10,20 @@ different build, as it would be for a real option):
 - ``env_error: true`` — raise EnvironmentIncompatibleError (a runtime the compiler needs is missing).
 
 Every compile appends one line to ``$NEURONC_TEST_COMPILE_LOG`` (when set), so tests can count
-how often a backend really compiled. ``missing`` is a backend whose package is not installed.
+how often a backend really compiled (and, on a Ray test cluster, on which node: ``$NEURONC_TEST_NODE``). ``missing`` is a backend whose package is not installed.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import ClassVar
 
-from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
+from neuronc.backends.base import GIB, BackendBase, CompiledGraph, CompileJob, CompileResult, GraphSpec, HostRamModel
+from neuronc.backends.worker import Workers
 from neuronc.errors import CompileError, EnvironmentIncompatibleError
+from neuronc.resources import PoolCancelled
 from plugins.fake_backend import FakeBackend
 from plugins.registry import register_backend, unregister_backend
 
@@ -28,6 +31,9 @@ NAME = "pipeline"
 MISSING = "missing"
 OWN_SHARDS = "own-shards"
 COMPILE_LOG_ENV = "NEURONC_TEST_COMPILE_LOG"
+NODE_ENV = "NEURONC_TEST_NODE"
+POOLED = "pooled"
+WORKER_LOG_ENV = "NEURONC_TEST_WORKER_LOG"
 
 
 class PipelineBackend(FakeBackend):
@@ -39,12 +45,13 @@ class PipelineBackend(FakeBackend):
         log_path = os.environ.get(COMPILE_LOG_ENV)
         if log_path:
             with open(log_path, "a", encoding="utf-8") as f:
-                f.write(f"{os.getpid()} {job.spec.model.id} {job.spec.sequence.context_buckets}\n")
+                node = os.environ.get(NODE_ENV, "-")
+                f.write(f"{os.getpid()} {job.spec.model.id} {job.spec.sequence.context_buckets} {node}\n")
         graphs = []
         for index, graph in enumerate(job.plan.graphs):
             task = job.progress.task(f"graph {graph.name}")
             start = time.perf_counter()
-            time.sleep(float(options.get("sleep", 0)))
+            _sleep(float(options.get("sleep", 0)), job)
             if options.get("interrupt") and index == len(job.plan.graphs) // 2:
                 raise KeyboardInterrupt
             if options.get("env_error"):
@@ -65,6 +72,59 @@ class PipelineBackend(FakeBackend):
             graphs.append(CompiledGraph(graph, f"artifacts/{path.name}", time.perf_counter() - start))
             task.done()
         return CompileResult(graphs, extra={"compiled_by": NAME})
+
+
+def _sleep(seconds: float, job: CompileJob) -> None:
+    """Sleep as a compiler works: stopping when the run's worker pool is cancelled, as ``Workers`` do."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if job.pool is not None and job.pool.cancelled:
+            raise PoolCancelled
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+class PooledBackend(PipelineBackend):
+    """Compiles each graph in a real worker process through ``neuronc.backends.worker.Workers`` (the
+    runner the real backends use), ``job.jobs`` at a time, holding the run's pool slots as they do.
+
+    ``options.sleep`` is each worker's run time; every worker appends ``<profile> <graph> <start> <end>``
+    (monotonic seconds) to ``$NEURONC_TEST_WORKER_LOG`` as it ends, and its graph's name to that file's
+    ``.started`` sibling as it starts. Its host-RAM model: 1 GiB per graph process.
+    """
+
+    name: ClassVar[str] = POOLED
+    host_ram: ClassVar[HostRamModel | None] = HostRamModel(0, 0.0, GIB, False, "test: 1 GiB per graph process")
+
+    def compile(self, job: CompileJob) -> CompileResult:
+        import concurrent.futures
+        import sys
+
+        workers = Workers(job.pool, job.host_compile_per_graph_bytes)
+        seconds = float(job.spec.options.get("sleep", 0.5))
+        log = os.environ.get(WORKER_LOG_ENV, os.devnull)
+        tag = Path(job.spec.profile_path or "-").name
+
+        def one(graph: GraphSpec) -> CompiledGraph:
+            code = (
+                "import sys, time; s = time.monotonic(); open(sys.argv[2] + '.started', 'a').write(sys.argv[4] + '\\n'); "
+                "time.sleep(float(sys.argv[1])); "
+                "open(sys.argv[2], 'a').write(f'{sys.argv[3]} {sys.argv[4]} {s} {time.monotonic()}\\n')"
+            )
+            with (job.logs_dir / f"{graph.name}.log").open("wb") as out:
+                ended = workers.run(
+                    [sys.executable, "-c", code, str(seconds), log, tag, graph.name],
+                    env=dict(os.environ),
+                    cwd=job.work_dir,
+                    log=out,
+                )
+            path = job.artifacts_dir / f"{graph.name}.neff"
+            path.write_bytes(graph.name.encode() * 64)
+            return CompiledGraph(graph, f"artifacts/{path.name}", ended.seconds)
+
+        job.work_dir.mkdir(parents=True, exist_ok=True)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, job.jobs)) as pool:
+            graphs = list(pool.map(one, job.plan.graphs))
+        return CompileResult(graphs, extra={"compiled_by": POOLED})
 
 
 class OwnShardsBackend(PipelineBackend):
@@ -89,8 +149,9 @@ def register() -> None:
     register_backend(NAME, "plugins.pipeline_backend:PipelineBackend")
     register_backend(MISSING, "plugins.pipeline_backend:MissingBackend")
     register_backend(OWN_SHARDS, "plugins.pipeline_backend:OwnShardsBackend")
+    register_backend(POOLED, "plugins.pipeline_backend:PooledBackend")
 
 
 def unregister() -> None:
-    for name in ("fake", NAME, MISSING, OWN_SHARDS):
+    for name in ("fake", NAME, MISSING, OWN_SHARDS, POOLED):
         unregister_backend(name)

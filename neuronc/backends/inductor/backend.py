@@ -295,7 +295,7 @@ def _build_all(
     built: dict[GraphSpec, tuple[dict[str, Any], float, Path]] = {}
     failures: list[CompileError] = []
     cancel = threading.Event()
-    workers = Workers()
+    workers = Workers(job.pool, job.host_compile_per_graph_bytes)
 
     def run(item: _Pending) -> tuple[dict[str, Any], float, Path]:
         if cancel.is_set():

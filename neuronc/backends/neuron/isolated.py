@@ -174,7 +174,9 @@ def run_isolated(backend: NeuronBackend, job: CompileJob, *, python: str | None 
             shown = env_vars[key] if key.startswith("NEURON") or key in _LOGGED_ENV else "<set>"
             log.write(f"  {key}={shown}\n".encode())
         log.flush()
-        ended = Workers().run(cmd, env=child_env, cwd=job.work_dir, log=log, poll=_EventReplay(events_file, task))
+        ended = Workers(job.pool, job.host_compile_bytes).run(
+            cmd, env=child_env, cwd=job.work_dir, log=log, poll=_EventReplay(events_file, task)
+        )
     collect_compiler_logs(job.work_dir, job.logs_dir)
     outcome: dict[str, Any] = {}
     if result_file.is_file():

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from neuronc.bundle import MANIFEST_NAME, FileEntry, FileProblem, Manifest, VerifyReport, read_manifest_bytes
 from neuronc.bundle.fs import hash_fd
+from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError
 from neuronc.fsutil import NotRegularFileError, disk_full_as_error, open_regular
 from neuronc.store._records import Removed, Repair, RepairAction, StoreEntry, Verified
+from neuronc.store.remote.signatures import read_stored_signature, sync_signature
 from neuronc.store.remote.transfer import download_object, hash_object, object_problem, upload_files
 from neuronc.store.remote.url import OBJECTS_DIR, object_rel
 
@@ -53,9 +55,12 @@ def materialize(store: RemoteStore, rel: str, manifest: Manifest, raw: bytes) ->
 
     dest = store.cache.root / rel
     if _same_manifest(dest, raw):
+        sync_signature(store.io, rel, manifest, raw, dest)  # signed (or re-signed) since it was fetched
         return dest
+    signature = read_stored_signature(store.io, rel, manifest, raw)
     with store.cache.lock(manifest.config_hash, manifest.toolchain_key):
         if _same_manifest(dest, raw):
+            sync_signature(store.io, rel, manifest, raw, dest)
             return dest
         wanted = {f.sha256: f for f in manifest.files}
         todo = [entry for sha, entry in sorted(wanted.items()) if not _cached(store, sha, entry.size)]
@@ -75,6 +80,8 @@ def materialize(store: RemoteStore, rel: str, manifest: Manifest, raw: bytes) ->
                     target = staging / entry.path
                     target.parent.mkdir(parents=True, exist_ok=True)
                     _link_or_copy(cached_object(store, entry.sha256), target)
+                if signature is not None:
+                    (staging / SIGNATURE_NAME).write_bytes(signature)
                 (staging / MANIFEST_NAME).write_bytes(raw)
             if dest.exists():
                 store.cache.discard_path(dest)  # this host's own build of the key: the stored one wins

@@ -42,14 +42,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from neuronc.bundle import MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleWriter, Manifest, parse_manifest, read_manifest
+from neuronc.bundle import (
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    BundleWriter,
+    Manifest,
+    parse_manifest,
+    read_manifest,
+    read_manifest_bytes,
+)
 from neuronc.bundle.publish import Published, PublishStatus
-from neuronc.errors import BundleFormatError, RemoteStoreError, VerificationError
-from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name
+from neuronc.bundle.signature import read_signature, write_signature
+from neuronc.errors import BundleFormatError, NeuroncError, RemoteStoreError, VerificationError
+from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store.local import LocalStore
 from neuronc.store.remote.io import RemoteIO, RemoteSettings
+from neuronc.store.remote.signatures import signature_rel, upload_signature
 from neuronc.store.remote.transfer import (
     UploadResult,
     hf_commit,
@@ -296,6 +306,19 @@ class RemoteStore(BundleStore):
             raise RemoteStoreError(msg, hint=self.url.access_hint()) from exc
         self.io.call("removing a test object", "rm_file", probe)
 
+    def write_marker(self, name: str, data: bytes) -> None:
+        self._require_container()
+        self.io.call("writing a marker", "pipe_file", self.io.path(marker_rel(name)), data)
+
+    def read_marker(self, name: str) -> bytes | None:
+        with contextlib.suppress(NeuroncError):  # unreachable or missing: not seen from here
+            data = self.io.call("reading a marker", "cat_file", self.io.path(marker_rel(name)), missing_ok=True)
+            return bytes(data) if data is not None else None
+        return None
+
+    def remove_marker(self, name: str) -> None:
+        self.io.call("removing a marker", "rm_file", self.io.path(marker_rel(name)), missing_ok=True)
+
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Upload a complete local bundle (see ``upload``); ``status`` is ``exists`` if the key was stored."""
         bundle = Path(bundle_dir)
@@ -317,10 +340,13 @@ class RemoteStore(BundleStore):
             raise VerificationError(msg)
         rel = self.bundle_rel(manifest)
         result = UploadResult(f"{self.url.url}/{rel}", "published")
+        signature = read_signature(bundle)
         self.io.invalidate()
         existing = self._complete(rel, manifest)
         if existing is not None:
             result.status, result.winner = "exists", existing
+            if signature is not None and existing[1] == raw:  # the same bundle, signed since it was stored
+                upload_signature(self.io, rel, raw, signature)
             result.seconds = time.perf_counter() - start
             return result
         objects = {f.sha256: f for f in manifest.files}
@@ -331,9 +357,12 @@ class RemoteStore(BundleStore):
         result.objects_present = len(objects) - len(upload)
         if self.url.scheme == "hf":
             title = f"neuronc: publish {manifest.config_hash[:12]} ({manifest.backend}, {manifest.target})"
-            hf_commit(self.io, rel, upload, raw, title)
+            extra = {signature_rel(rel, raw): signature} if signature is not None else {}
+            hf_commit(self.io, rel, upload, raw, title, extra=extra)
         else:
             upload_files(self.io, upload)
+            if signature is not None:  # before the manifest: a signed bundle never appears unsigned
+                upload_signature(self.io, rel, raw, signature)
             written = write_manifest(self.io, rel, raw)
             result.conditional = written != "unsupported"
             winner = self._complete(rel, manifest) if written == "exists" else None
@@ -346,6 +375,31 @@ class RemoteStore(BundleStore):
         result.bytes_uploaded = sum(entry.size for _, entry in upload)
         result.seconds = time.perf_counter() - start
         return result
+
+    def publish_signature(self, bundle_dir: str | os.PathLike[str]) -> str | None:
+        """Upload the signature of a local copy of a stored bundle (same manifest bytes); its URL, or None."""
+        bundle = Path(bundle_dir)
+        raw = read_manifest_bytes(bundle)
+        signature = read_signature(bundle)
+        manifest = parse_manifest(raw, where=f"{bundle}/{MANIFEST_NAME}")
+        rel = self.bundle_rel(manifest)
+        stored = self.read_remote_manifest(rel)
+        if signature is None or stored is None or stored[1] != raw:
+            return None
+        url = upload_signature(self.io, rel, raw, signature)
+        cached = self.cache.root / rel
+        if cached != bundle.absolute() and _same_bytes(cached, raw):
+            write_signature(cached, signature)
+        return url
+
+    def fetch(self, key: str) -> Path:
+        """The bundle ``key`` names, downloaded and verified into the local cache (with its signature)."""
+        [entry] = self.select(key)
+        found = self.read_remote_manifest(entry.rel)
+        if found is None:  # removed or replaced by an unreadable one since it was listed
+            msg = f"{entry.location}: the bundle is no longer in the store"
+            raise RemoteStoreError(msg, hint="see `neuronc store list`")
+        return self.materialize(entry.rel, *found)
 
     def _complete(self, rel: str, manifest: Manifest) -> tuple[Manifest, bytes] | None:
         """The stored manifest at ``rel`` if it has ``manifest``'s keys and all its objects."""
@@ -418,6 +472,13 @@ class RemoteStore(BundleStore):
         self.io.run_all("removing objects", [(0, rm(path)) for path, _ in doomed])
         report.removed += [Removed(path, size, "unreferenced object") for path, size in doomed]
         return report
+
+
+def _same_bytes(bundle: Path, raw: bytes) -> bool:
+    try:
+        return read_manifest_bytes(bundle) == raw
+    except BundleFormatError:
+        return False
 
 
 def _basename(path: str) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import hashlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,14 +87,27 @@ def overwrite_manifest(io: RemoteIO, rel: str, raw: bytes) -> None:
     io.call("writing the manifest", "pipe_file", io.path(f"{rel}/{MANIFEST_NAME}"), raw)
 
 
-def hf_commit(io: RemoteIO, rel: str, sources: Sequence[tuple[Path, FileEntry]], raw: bytes, title: str) -> None:
-    """One Hub commit with the missing objects and the manifest: the Hub applies it atomically."""
+def hf_commit(
+    io: RemoteIO,
+    rel: str,
+    sources: Sequence[tuple[Path, FileEntry]],
+    raw: bytes,
+    title: str,
+    *,
+    extra: Mapping[str, bytes] | None = None,
+) -> None:
+    """One Hub commit with the missing objects, ``extra`` files (store-relative path: bytes; the
+    signature) and the manifest: the Hub applies it atomically."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     url = io.url
     operations = [
         CommitOperationAdd(path_in_repo=url.repo_path(object_rel(entry.sha256)), path_or_fileobj=str(local))
         for local, entry in sources
+    ]
+    operations += [
+        CommitOperationAdd(path_in_repo=url.repo_path(path), path_or_fileobj=data)
+        for path, data in (extra or {}).items()
     ]
     operations.append(CommitOperationAdd(path_in_repo=url.repo_path(f"{rel}/{MANIFEST_NAME}"), path_or_fileobj=raw))
     api = getattr(io.fs, "_api", None) or HfApi()

@@ -51,3 +51,33 @@ def test_botocore_validation_is_real(shipped: dict[str, Path]) -> None:
     del config["EndpointConfigName"]
     report = ParamValidator().validate(config, model.operation_model("CreateEndpointConfig").input_shape)
     assert report.has_errors()
+
+
+def test_recorded_instance_types_are_botocores_production_variant_enum() -> None:
+    """neuronc's recorded copy (it does not import botocore at run time) equals the Neuron members of
+    the installed botocore's ``ProductionVariantInstanceType``; regenerate with
+    scripts/gen_sagemaker_instance_types.py when a botocore release changes them."""
+    import botocore
+    import botocore.session
+
+    from neuronc.deploy.sagemaker_instance_types import BOTOCORE_VERSION, PRODUCTION_VARIANT_INSTANCE_TYPES
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    enum = model.shape_for("ProductionVariantInstanceType").enum
+    neuron = tuple(v for v in enum if v.startswith(("ml.inf", "ml.trn")))
+    assert neuron == PRODUCTION_VARIANT_INSTANCE_TYPES, (
+        f"botocore {botocore.__version__} (recorded: {BOTOCORE_VERSION}) has {neuron}; "
+        "run scripts/gen_sagemaker_instance_types.py"
+    )
+
+
+def test_every_emitted_instance_type_is_in_botocores_enum(shipped: dict[str, Path]) -> None:
+    """ParamValidator does not check enums (botocore/validate.py): check the emitted InstanceType against
+    the service model's enum itself."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    enum = set(model.shape_for("ProductionVariantInstanceType").enum)
+    rendered = render(shipped["llama3.1-8b-optimum-neuron-tgi"], "sagemaker")
+    config = json.loads(next(f.text for f in rendered.files if f.path == "create-endpoint-config.json"))
+    assert config["ProductionVariants"][0]["InstanceType"] in enum

@@ -3,8 +3,9 @@ own model loader (``ts.model_loader.TsModelLoader``, PyPI ``torchserve``) import
 runs its ``initialize()`` against the transformers-neuronx SDK double, which loads the bundle's NEFFs
 (``load()`` then ``to_neuron()``; a NEFF that the settings do not match raises, and nothing compiles).
 
-The double lacks two things the real package has, added here as test-local helpers (the double should
-gain them): the per-family modules (``transformers_neuronx.llama.model`` ...) and ``sample()``.
+The double lacks the per-family modules (``transformers_neuronx.llama.model`` ...), added here as a
+test-local helper with a fixed-output ``sample()`` (here only the loading path is under test); the
+double's own ``sample()``, bound to the recorded signatures, is exercised by tests/test_deploy_tnx_handler.py.
 """
 
 from __future__ import annotations

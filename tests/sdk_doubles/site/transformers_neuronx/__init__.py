@@ -157,34 +157,155 @@ class _SamplingDouble:
     def load(self, directory: str) -> None:
         self._load_dir = directory
 
+    def _generate(
+        self,
+        input_ids: Any,
+        sequence_length: int,
+        start_ids: Any,
+        top_k: int,
+        eos_stops: bool,
+        temperature: float = 1.0,
+    ) -> Any:
+        """Stand in for the sampling loops (``sampling.py``): ``sample_llama`` when ``eos_stops`` (a row
+        that samples EOS is filled with ``eos_token_id[0]``; the loop ends when every row has), else
+        ``simple_sample`` (EOS is never sampled; always to ``sequence_length``).
+
+        The "model": each row's first new token is a function of its tokens from ``start_ids`` on
+        (what the real attention mask lets it see) and their count (its positions), then +1 per step;
+        with ``top_k`` > 1 a seeded random offset is added (sampling is random in the real loops).
+        """
+        import torch
+
+        if not self._neffs:
+            raise RuntimeError("sample() before to_neuron()")
+        batch, width = input_ids.shape
+        if batch != self.batch_size:
+            raise ValueError(f"Model not compiled for batch_size : {batch}")
+        if sequence_length > self.token_buckets[-1]:
+            raise ValueError(f"sequence_length {sequence_length} exceeds n_positions {self.token_buckets[-1]}")
+        if not isinstance(temperature, float) or temperature <= 0:
+            raise ValueError("temperature must be a float > 0")  # sample_loop_llama divides by it
+        vocab = int(self.config.get("vocab_size", 32000))
+        eos = self.config.get("eos_token_id")
+        eos_id = eos[0] if isinstance(eos, list) else eos
+        starts = [0] * batch if start_ids is None else [int(s) for s in start_ids]
+        noise = torch.Generator().manual_seed(int(torch.randint(0, 2**31, (1,))))
+        rows = []
+        for r in range(batch):
+            seen = [int(t) for t in input_ids[r, starts[r] :]]
+            token = (sum(seen) + len(seen)) % vocab
+            rows.append([token])
+        done = [False] * batch
+        out = [list(map(int, input_ids[r])) for r in range(batch)]
+        for _step in range(width, sequence_length):
+            for r in range(batch):
+                if done[r]:
+                    out[r].append(eos_id)
+                    continue
+                token = rows[r][-1]
+                if top_k > 1:
+                    token = (token + int(torch.randint(0, top_k, (1,), generator=noise))) % vocab
+                if not eos_stops and token == eos_id:
+                    token = (token + 1) % vocab
+                out[r].append(token)
+                rows[r].append((token + 1) % vocab)
+                done[r] = eos_stops and token == eos_id
+            if all(done):
+                break
+        return torch.tensor(out, dtype=input_ids.dtype)
+
 
 class LlamaForSampling(_SamplingDouble):
-    pass
+    @recorded(TNX, "transformers_neuronx.LlamaForSampling.sample", method=True)
+    def sample(
+        self,
+        input_ids: Any,
+        sequence_length: Any,
+        cache_ids: Any = None,
+        start_ids: Any = None,
+        top_k: Any = 50,
+        top_p: Any = 1.0,
+        eos_token_override: Any = None,
+        temperature: Any = 1.0,
+        streamer: Any = None,
+        stopping_criteria_list: Any = None,
+        no_repeat_ngram_size: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        return self._generate(input_ids, sequence_length, start_ids, top_k, True, temperature)
+
+
+def _mistral_sample(name: str) -> Any:
+    @recorded(TNX, f"transformers_neuronx.{name}.sample", method=True)
+    def sample(
+        self: _SamplingDouble,
+        input_ids: Any,
+        sequence_length: Any,
+        start_ids: Any = None,
+        top_k: Any = 50,
+        top_p: Any = 1.0,
+        eos_token_override: Any = None,
+        temperature: Any = 1.0,
+        streamer: Any = None,
+        stopping_criteria_list: Any = None,
+    ) -> Any:
+        return self._generate(input_ids, sequence_length, start_ids, top_k, True, temperature)
+
+    return sample
+
+
+def _simple_sample(name: str) -> Any:
+    """``simple_sample`` classes: EOS is never sampled."""
+
+    @recorded(TNX, f"transformers_neuronx.{name}.sample", method=True)
+    def sample(
+        self: _SamplingDouble,
+        input_ids: Any,
+        sequence_length: Any,
+        start_ids: Any = None,
+        top_k: Any = 50,
+        streamer: Any = None,
+    ) -> Any:
+        return self._generate(input_ids, sequence_length, start_ids, top_k, False)
+
+    return sample
 
 
 class MistralForSampling(_SamplingDouble):
-    pass
+    sample = _mistral_sample("MistralForSampling")
 
 
 class MixtralForSampling(_SamplingDouble):
-    pass
+    sample = _mistral_sample("MixtralForSampling")
 
 
 class OPTForSampling(_SamplingDouble):
-    pass
+    sample = _simple_sample("OPTForSampling")
 
 
 class GPT2ForSamplingWithContextBroadcasting(_SamplingDouble):
-    pass
+    @recorded(TNX, "transformers_neuronx.GPT2ForSamplingWithContextBroadcasting.sample", method=True)
+    def sample(
+        self,
+        input_ids: Any,
+        sequence_length: Any,
+        cache_ids: Any = None,
+        start_ids: Any = None,
+        top_k: Any = 50,
+        streamer: Any = None,
+        output_scores: Any = False,
+        **kwargs: Any,
+    ) -> Any:
+        return self._generate(input_ids, sequence_length, start_ids, top_k, False)  # sample_loop: no EOS
 
 
 class GPTJForSampling(_SamplingDouble):
-    pass
+    sample = _simple_sample("GPTJForSampling")
 
 
 class GPTNeoXForSampling(_SamplingDouble):
-    pass
+    sample = _simple_sample("GPTNeoXForSampling")
 
 
 class BloomForSampling(_SamplingDouble):
-    pass
+    sample = _simple_sample("BloomForSampling")

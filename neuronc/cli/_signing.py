@@ -1,0 +1,194 @@
+"""The signature options `verify`, `deploy` and `store fetch` share, and the signing steps of
+`sign`, `compile --sign` and `store publish --sign`.
+
+Signing and verifying go through the OpenSSF model-signing library (the `sign` extra), imported
+only when a command signs or checks a signature: `neuronc --help` and the other commands never
+load it (tests/test_startup.py). docs/bundles.md has the threat model and the CI recipe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from neuronc._output import out
+from neuronc.cli import _cli as cli
+
+if TYPE_CHECKING:
+    from neuronc.bundle.signing import SignatureReport, Signer
+    from neuronc.bundle.signing_material import TrustRoot
+
+# -- options shared by the commands that check a signature -------------------------------------
+
+SignatureFlag = Annotated[
+    bool,
+    cli.Option(
+        "--signature",
+        help="Also check the bundle's signature (exit 4 if it is unsigned or does not verify). "
+        "Implied by --key, --certificate, --identity and by NEURONC_REQUIRE_SIGNATURE=1.",
+    ),
+]
+RequireSignatureOpt = Annotated[
+    bool,
+    cli.Option(
+        "--require-signature",
+        help="Refuse a bundle that is unsigned or whose signature does not verify (exit 4). "
+        "Also NEURONC_REQUIRE_SIGNATURE=1; implied by --key, --certificate, --identity.",
+    ),
+]
+TrustKeyOpt = Annotated[
+    Path | None,
+    cli.Option(
+        "--key",
+        help="Trust signatures made with this EC public key (PEM). Default: $NEURONC_SIGNATURE_KEY.",
+        show_default=False,
+    ),
+]
+TrustCertOpt = Annotated[
+    list[Path] | None,
+    cli.Option(
+        "--certificate",
+        help="Trust signing certificates issued under this root CA certificate (PEM); repeatable. "
+        "Default: $NEURONC_SIGNATURE_CERT.",
+        show_default=False,
+    ),
+]
+IdentityOpt = Annotated[
+    str | None,
+    cli.Option(
+        "--identity",
+        help="Sigstore: the signer identity to trust (e-mail, or workflow URI); with --certificate: "
+        "the name the signing certificate must carry. Default: $NEURONC_SIGNATURE_IDENTITY.",
+        show_default=False,
+    ),
+]
+IssuerOpt = Annotated[
+    str | None,
+    cli.Option(
+        "--issuer",
+        help="Sigstore: the OIDC issuer of --identity (e.g. https://token.actions.githubusercontent.com). "
+        "Default: $NEURONC_SIGNATURE_ISSUER.",
+        show_default=False,
+    ),
+]
+StagingOpt = Annotated[
+    bool, cli.Option("--sigstore-staging", help="Use Sigstore's staging instance (for testing keyless signing).")
+]
+
+
+def trust_for(
+    *,
+    flag: bool,
+    key: Path | None,
+    certificates: list[Path] | None,
+    identity: str | None,
+    issuer: str | None,
+    staging: bool = False,
+) -> TrustRoot | None:
+    """What a signature must be checked against, when one is asked for (the flag, a trust option, or
+    NEURONC_REQUIRE_SIGNATURE); None when none is. Its files are read now: a missing or unusable
+    one, or nothing to trust at all, is exit 2 before any work.
+
+    The trust root is the options given, else the NEURONC_SIGNATURE_* variables.
+    """
+    from neuronc.bundle.signing import signature_required
+    from neuronc.bundle.signing_material import TrustRoot, check_trust, no_trust_root
+
+    named = bool(key or certificates or identity or issuer)
+    if not (signature_required(flag) or named):
+        return None
+    trust = TrustRoot.choose(
+        key=key, certificates=certificates or (), identity=identity, issuer=issuer, staging=staging
+    )
+    if trust is None:
+        raise no_trust_root()
+    check_trust(trust)
+    return trust
+
+
+def check_signature(bundle: Path, trust: TrustRoot | None) -> SignatureReport | None:
+    """``verify_signature`` when a trust root was asked for; None when not."""
+    from neuronc.bundle.signing import verify_signature
+
+    return None if trust is None else verify_signature(bundle, trust)
+
+
+def sign_and_store(bundle: Path, signer: Signer, store: str | None, *, jobs: int | None = None) -> dict[str, Any]:
+    """Sign ``bundle`` in place; with ``store``, store the signature with the stored bundle (exit 2 if absent)."""
+    from neuronc.bundle.signing import sign_bundle
+    from neuronc.errors import InvalidInputError
+
+    report = sign_bundle(bundle, signer, jobs=jobs)
+    data = {**report.to_json(), "stored": None}
+    if store is not None:
+        from neuronc.store import open_store
+
+        opened = open_store(store)
+        data["stored"] = opened.publish_signature(bundle)
+        if data["stored"] is None:
+            msg = f"{opened.location} holds no bundle with this manifest; the signature stays in {bundle}"
+            raise InvalidInputError(msg, hint=f"publish the bundle first: neuronc store publish {bundle} --store ...")
+    return data
+
+
+def render_signature(report: dict[str, Any], *, verb: str) -> None:
+    from rich.markup import escape
+
+    where = f" → {escape(report['signature'])}" if report.get("signature") else ""
+    trusted = f", trusted as {escape(report['trusted'])}" if report.get("trusted") else ""
+    out.print(
+        f"signature  {verb} by {escape(report['signer'])}{trusted}: "
+        f"{report['files']} files in {report['seconds']:.2f} s{where}"
+    )
+
+
+def sign_built(reports: list[Any], signer: Signer, store: str | None) -> list[dict[str, Any]]:
+    """`compile --sign`: sign each built or reused bundle, store the signature with it, sign its --out copy."""
+    from neuronc.bundle.signature import write_signature
+    from neuronc.bundle.signing import sign_bundle
+    from neuronc.store import open_store
+
+    opened = open_store(store)
+    signed: list[dict[str, Any]] = []
+    for report in reports:
+        if not report.ok or not report.bundle:
+            continue
+        bundle = Path(report.bundle)
+        if not bundle.is_dir():  # built on a Ray node: the report names the store's URL; sign a local copy
+            bundle = opened.lookup(report.config_hash, report.toolchain_key) or bundle
+        result = sign_bundle(bundle, signer)
+        stored = opened.publish_signature(bundle)
+        data = {**result.to_json(), "stored": stored, "out": report.out}
+        if report.out:  # a byte-identical copy: the same signature holds
+            write_signature(Path(report.out), Path(result.signature or "").read_bytes())
+        signed.append(data)
+        out.success(f"{report.label}: signed by {result.signer}")
+    return signed
+
+
+def signer_from_environment() -> Signer:
+    """The signer NEURONC_SIGNING_* names, checked (key readable, library installed) before any work starts."""
+    from neuronc.bundle.signing import library
+    from neuronc.bundle.signing_material import Signer, check_signer, signing_password
+
+    signer = Signer.choose()
+    check_signer(signer, signing_password())
+    library()
+    return signer
+
+
+__all__ = [
+    "IdentityOpt",
+    "IssuerOpt",
+    "RequireSignatureOpt",
+    "SignatureFlag",
+    "StagingOpt",
+    "TrustCertOpt",
+    "TrustKeyOpt",
+    "check_signature",
+    "render_signature",
+    "sign_and_store",
+    "sign_built",
+    "signer_from_environment",
+    "trust_for",
+]

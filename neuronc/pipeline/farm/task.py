@@ -1,0 +1,142 @@
+"""What runs on a node of the Ray cluster: one build, through the same ``build_one`` a local compile runs.
+
+The task resolves the build on the node (its backend, its toolchain: the key is the node's), looks it
+up in the shared store and on a miss compiles and publishes it there. It sends what happens to the
+driver through a Ray queue (started on which node, messages for people) and returns the report as
+JSON, which the driver turns back into a ``BuildReport`` (``report_from_worker``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from neuronc.errors import CompileError, NeuroncError
+from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, StageReport
+from neuronc.resources import WorkPool
+from neuronc.spec import BuildSpec
+
+# How often the task's thread looks up from waiting for the build (a cancel arrives in between), and
+# how long a cancelled build gets to stop its workers and remove its staging directory.
+_STEP_SECONDS = 0.2
+_CANCEL_SECONDS = 20.0
+
+
+class EventLog:
+    """What the tasks of a run tell the driver (a Ray actor: ``ray.remote(EventLog)``).
+
+    Tasks call ``put.remote(event)`` and never wait for it: a task blocked in ``ray.get`` gives its
+    CPUs back to Ray, which would then start another build on the same node. The driver ``drain``s it.
+    """
+
+    def __init__(self) -> None:
+        self._events: list[dict[str, Any]] = []
+
+    def put(self, event: dict[str, Any]) -> None:
+        self._events.append(event)
+
+    def drain(self) -> list[dict[str, Any]]:
+        events, self._events = self._events, []
+        return events
+
+
+def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
+    """Build ``payload['spec']`` into the store at ``payload['store']`` on this node (a Ray task body)."""
+    import ray
+
+    from neuronc.pipeline.messages import logging_to
+    from neuronc.pipeline.run import BuildOptions, build_one
+
+    node = ray.get_runtime_context().get_node_id()
+    index = int(payload["index"])
+
+    def emit(kind: str, **fields: Any) -> None:
+        try:
+            events.put.remote({"index": index, "event": kind, "node": node, **fields})
+        except Exception:  # the driver's event log is gone: the build goes on without progress
+            pass
+
+    emit("started", pid=os.getpid(), host=socket.gethostname())
+    spec = BuildSpec.model_validate(payload["spec"])
+    jobs = int(payload["jobs"])
+    # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
+    pool = WorkPool(jobs)
+    options = BuildOptions(jobs=jobs, require_hit=bool(payload["require_hit"]), pool=pool)
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            with logging_to(lambda message: emit("say", message=message)):
+                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options)
+        except BaseException as exc:  # handed to the task's thread, which raises it
+            outcome["raised"] = exc
+
+    # The build runs in a thread of its own while this one waits in short steps: ray.cancel raises
+    # KeyboardInterrupt in this thread only when it runs Python code, never while it is blocked in a
+    # wait. On a cancel the pool stops the build's workers and the build removes its staging directory.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(body,), name="neuronc-build", daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(_STEP_SECONDS)
+    except KeyboardInterrupt:
+        pool.cancel()
+        thread.join(_CANCEL_SECONDS)
+        raise
+    if "raised" in outcome:
+        raise outcome["raised"]
+    report: BuildReport = outcome["report"]
+    return {"node": node, "host": socket.gethostname(), "report": report.to_json()}
+
+
+def _error_classes(base: type[NeuroncError]) -> dict[str, type[NeuroncError]]:
+    found = {base.kind: base}
+    for sub in base.__subclasses__():
+        for kind, cls in _error_classes(sub).items():
+            found.setdefault(kind, cls)
+    return found
+
+
+def error_from_json(data: Mapping[str, Any], where: str) -> NeuroncError:
+    """The error a node reported (its class by ``kind``), naming the node it happened on."""
+    cls = _error_classes(NeuroncError).get(str(data.get("error")), NeuroncError)
+    message = f"{data.get('message')} (on Ray node {where})"
+    hint = data.get("hint")
+    details = [str(d) for d in data.get("details") or []]
+    if issubclass(cls, CompileError):
+        log_path = data.get("log_path")
+        if log_path:
+            hint = f"{hint}; the log is on that node" if hint else f"compiler log on that node: {log_path}"
+        return cls(message, hint=hint, details=details, log_path=log_path)
+    return cls(message, hint=hint, details=details)
+
+
+def report_from_worker(spec: BuildSpec, data: Mapping[str, Any], where: str) -> BuildReport:
+    """The driver's ``BuildReport`` of a build a node ran (``spec`` as the driver loaded it)."""
+    raw = data["report"]
+    nearest = raw.get("nearest")
+    fields: dict[str, Any] = {
+        "config_hash": raw.get("config_hash"),
+        "toolchain_key": raw.get("toolchain_key"),
+        "toolchain_label": raw.get("toolchain_label"),
+        "bundle": raw.get("bundle"),
+        "graphs": list(raw.get("graphs") or []),
+        "stages": [
+            StageReport(s["name"], float(s["wall_seconds"]), s.get("peak_rss_bytes"), s.get("children_peak_rss_bytes"))
+            for s in raw.get("stages") or []
+        ],
+        "wall_seconds": float(raw.get("wall_seconds") or 0.0),
+        "nearest": NearestBundle(**nearest) if nearest else None,
+        "messages": [*list(raw.get("messages") or []), f"ran on Ray node {where}"],
+    }
+    if raw.get("error"):
+        error = error_from_json(raw["error"], where)
+        return BuildReport.assemble(spec, status=BuildStatus.FAILED, error=error, **fields)
+    return BuildReport.for_spec(spec, BuildStatus(raw["status"]), exit_code=int(raw.get("exit_code") or 0), **fields)
+
+
+__all__ = ["EventLog", "error_from_json", "report_from_worker", "run_build"]
