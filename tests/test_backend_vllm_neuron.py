@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from sdk_doubles.fixtures import FakeRuntime, make_spec
-from typer.testing import CliRunner
 
 from neuronc._output import out
 from neuronc.backends import get_backend

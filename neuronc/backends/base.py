@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from neuronc.backends.support import Resolution
-    from neuronc.spec import BuildSpec, ServingStack
+    from neuronc.spec import BuildSpec, ServingStack, WeightsMode
 
 ROLE_CONTEXT = "context_encoding"
 ROLE_TOKEN = "token_generation"
@@ -152,7 +152,7 @@ class Backend(Protocol):
     tasks: ClassVar[frozenset[str]]
     weights_modes: ClassVar[frozenset[str]]
     # The weights mode of a profile that does not say (one of weights_modes).
-    default_weights: ClassVar[str]
+    default_weights: ClassVar[WeightsMode]
     requires_tp_divides_heads: ClassVar[bool]
     # Whether compile reads neuronc's rank shards (weights/); when not, the pipeline does not write them.
     consumes_rank_shards: ClassVar[bool]
@@ -247,7 +247,7 @@ class BackendBase:
     amp: ClassVar[frozenset[str]] = frozenset({"fp32", "fp16", "bf16"})
     tasks: ClassVar[frozenset[str]] = LLM_TASKS
     weights_modes: ClassVar[frozenset[str]] = frozenset({"presharded", "on-load", "reference"})
-    default_weights: ClassVar[str] = "presharded"
+    default_weights: ClassVar[WeightsMode] = "presharded"
     requires_tp_divides_heads: ClassVar[bool] = True
     consumes_rank_shards: ClassVar[bool] = True
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.PROFILE_AND_ENV

@@ -193,7 +193,7 @@ def _build_one(
             context_buckets=context_buckets,
             token_buckets=token_buckets,
         ),
-        weights=model.weights,
+        weights=model.weights or backend.default_weights,
         compiler_flags=tuple(model.compiler.flags),
         options=model.options,
         sdk=model.sdk,

@@ -49,7 +49,7 @@ from neuronc.backends.vllm_neuron.engine import (
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
-from neuronc.spec import ServingStack
+from neuronc.spec import ServingStack, WeightsMode
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -81,7 +81,7 @@ class VllmNeuronBackend(NeuronBackend):
         "compile mode in the release's DLC image or on a host with the SDK"
     )
     weights_modes: ClassVar[frozenset[str]] = frozenset({"on-load"})
-    default_weights: ClassVar[str] = "on-load"
+    default_weights: ClassVar[WeightsMode] = "on-load"
     # The plugin takes its compiler arguments from its own configuration: nothing neuronc passes reaches it.
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     # CPU compile traces on the meta device (no weights in memory); neuronx-cc runs per graph.
