@@ -210,7 +210,7 @@ def test_a_node_removed_mid_build_is_retried_on_another(farm: Farm, store: str, 
     [build] = json.loads(log.read_text())["builds"]
     assert build["status"] == "built"
     assert [c[1] for c in farm.compiles() if c[1].startswith("doomed")] == [victim, other(victim)]
-    assert any(m.startswith("retried after losing the attempt on Ray node") for m in build["messages"]), build
+    assert any(m.startswith("retried after losing the attempt on Ray node") for m in build["messages"]), (build, err)
     # The live "was lost …; retrying on" line comes from best-effort progress events (a loaded
     # machine may deliver the second attempt's result first); the report's line is always printed.
     assert "retried after losing the attempt on Ray node" in err

@@ -154,6 +154,7 @@ class _Farm:
         self.attempts: dict[int, list[str]] = {i: [] for i in range(len(specs))}
         self.tasks: dict[int, ProgressTask] = {}
         self.finished: set[int] = set()
+        self.seen = 0  # how many of the event log's events were read
 
     def node_name(self, node_id: str) -> str:
         if node_id not in self.names:
@@ -208,9 +209,10 @@ class _Farm:
 
     def _drain(self, events: Any) -> None:
         try:
-            batch = self.ray.get(events.drain.remote(), timeout=_EVENT_TIMEOUT)
-        except Exception:  # progress is best effort; the results come from the tasks themselves
+            batch = self.ray.get(events.since.remote(self.seen), timeout=_EVENT_TIMEOUT)
+        except Exception:  # progress is best effort (the next read gets what this one missed)
             return
+        self.seen += len(batch)
         for event in batch:
             index = int(event["index"])
             if index in self.finished:

@@ -24,13 +24,17 @@ from neuronc.spec import BuildSpec
 # how long a cancelled build gets to stop its workers and remove its staging directory.
 _STEP_SECONDS = 0.2
 _CANCEL_SECONDS = 20.0
+# How long a task waits for the driver's event log to have its "started" event (best effort).
+_ANNOUNCE_SECONDS = 10.0
 
 
 class EventLog:
     """What the tasks of a run tell the driver (a Ray actor: ``ray.remote(EventLog)``).
 
     Tasks call ``put.remote(event)`` and never wait for it: a task blocked in ``ray.get`` gives its
-    CPUs back to Ray, which would then start another build on the same node. The driver ``drain``s it.
+    CPUs back to Ray, which would then start another build on the same node. The driver reads what
+    it has not seen yet (``since(seen)``); the log keeps every event, so a read the driver gave up
+    waiting for loses nothing (a run's events are a few per build).
     """
 
     def __init__(self) -> None:
@@ -39,9 +43,32 @@ class EventLog:
     def put(self, event: dict[str, Any]) -> None:
         self._events.append(event)
 
-    def drain(self) -> list[dict[str, Any]]:
-        events, self._events = self._events, []
-        return events
+    def since(self, seen: int) -> list[dict[str, Any]]:
+        return self._events[seen:]
+
+
+def _announce(events: Any, event: dict[str, Any]) -> None:
+    """Put the attempt's "started" event and see it arrive before the build begins.
+
+    A node can die moments after the build starts; an event still queued on it dies too, and the
+    driver would not know this attempt ever ran (its report names the attempts it lost). The wait is
+    polled with ``ray.wait(timeout=0)`` and a sleep, not a blocking ``ray.get``: a task blocked in Ray
+    gives its CPUs back, and Ray may start another build on this node meanwhile.
+    """
+    import time
+
+    import ray
+
+    try:
+        ref = events.put.remote(event)
+        deadline = time.monotonic() + _ANNOUNCE_SECONDS
+        while time.monotonic() < deadline:
+            ready, _ = ray.wait([ref], timeout=0)
+            if ready:
+                return
+            time.sleep(0.05)
+    except Exception:  # the driver's event log is gone: the build goes on without progress
+        return
 
 
 def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
@@ -60,7 +87,9 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
         except Exception:  # the driver's event log is gone: the build goes on without progress
             pass
 
-    emit("started", pid=os.getpid(), host=socket.gethostname())
+    _announce(
+        events, {"index": index, "event": "started", "node": node, "pid": os.getpid(), "host": socket.gethostname()}
+    )
     spec = BuildSpec.model_validate(payload["spec"])
     jobs = int(payload["jobs"])
     # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
