@@ -61,6 +61,8 @@ class BuildPlan:
     estimate: Estimate
     graphs: list[dict[str, Any]]
     backend: Backend
+    # The Neuron SDK release the build is judged against (the support matrix); None outside the SDK.
+    neuron_sdk: dict[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -92,6 +94,7 @@ class BuildPlan:
             "hf_cache": self.hf_cache.to_json(),
             "preflight": self.estimate.to_json(),
             "graphs": list(self.graphs),
+            "neuron_sdk": self.neuron_sdk,
         }
 
 
@@ -157,9 +160,15 @@ def plan_builds(
                 estimate=est,
                 graphs=graphs,
                 backend=ctx.backend,
+                neuron_sdk=_release_json(ctx.backend, spec),
             )
         )
     return plans
+
+
+def _release_json(backend: Backend, spec: BuildSpec) -> dict[str, Any] | None:
+    resolution = backend.release_for(spec)
+    return resolution.to_json() if resolution is not None else None
 
 
 def hf_cache_statuses(

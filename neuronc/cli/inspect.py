@@ -257,9 +257,18 @@ def environment_comparison(manifest: Any) -> dict[str, Any]:
             "hint": "install the backend the bundle was built with (see `neuronc backends`)",
         }
     result = compare_toolchain(manifest, installed).to_json()
+    result["neuron_sdk"] = _releases_of(manifest.toolchain, installed)
     if result["verdict"] == INCOMPATIBLE:
         result["hint"] = "rebuild the bundle here, or install the versions it was built with"
     return result
+
+
+def _releases_of(bundle: Any, installed: Any) -> dict[str, str | None]:
+    """The Neuron SDK releases (the support matrix) the bundle's and the installed versions are."""
+    from neuronc.backends.support import detect_release
+
+    found = {"bundle": detect_release(dict(bundle or {})), "installed": detect_release(dict(installed or {}))}
+    return {side: release.version if release is not None else None for side, release in found.items()}
 
 
 def _finish(data: dict[str, Any], render: Callable[[], None], failure: NeuroncError | None) -> None:
@@ -394,6 +403,10 @@ def _render_verify(d: dict[str, Any]) -> None:
 
 def _render_environment(env: dict[str, Any]) -> None:
     out.print(f"toolchain  {env['verdict']} with this environment")
+    sdk = env.get("neuron_sdk") or {}
+    if sdk.get("bundle") or sdk.get("installed"):
+        unknown = "no release neuronc knows"
+        out.print(f"  Neuron SDK: bundle {sdk.get('bundle') or unknown}, installed {sdk.get('installed') or unknown}")
     for diff in env["differences"]:
         out.print(
             f"  {_s(diff['package'])}: bundle {_s(diff['bundle'])}, installed {_s(diff['installed'])} "

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Write the support matrix tables in docs/backends.md and docs/deploy.md from neuronc's own table.
+
+The rows are ``neuronc.backends.support_data.RELEASES``; each document carries its tables between
+``<!-- support-matrix:NAME begin -->`` and ``<!-- support-matrix:NAME end -->`` markers, and this
+script rewrites what is between them. tests/docs/test_support_matrix_docs.py runs ``--check``.
+
+    .venv/bin/python scripts/gen_support_matrix.py          # rewrite the tables
+    .venv/bin/python scripts/gen_support_matrix.py --check  # exit 1 if a document is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from neuronc.backends.support import Release, Serves, Status, releases  # noqa: E402
+from neuronc.backends.support_data import SOURCES  # noqa: E402
+
+BACKENDS = ("nxdi", "vllm-neuron", "torch-neuronx", "optimum-neuron", "transformers-neuronx")
+COMPONENTS = (
+    ("neuronx-cc", "neuronx-cc"),
+    ("neuronx-distributed-inference", "NxD Inference"),
+    ("torch-neuronx", "torch-neuronx"),
+    ("libtorch-neuronx-lite", "libtorch-neuronx-lite"),
+    ("vllm-neuron", "vllm-neuron"),
+    ("vllm", "vLLM"),
+    ("optimum-neuron", "optimum-neuron"),
+    ("transformers-neuronx", "transformers-neuronx"),
+    ("nki", "NKI"),
+)
+SERVES_WORDS = {
+    Serves.NXDI: "vLLM + vllm-neuron, NxD Inference path",
+    Serves.VLLM_NEURON: "vLLM + vllm-neuron, torch.compile path",
+    Serves.VLLM_V0: "AWS vLLM V0 fork",
+    Serves.PYTORCH: "torch-neuronx, NxD, NxDI (no server)",
+}
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return "\n".join([_row(header), _row(["---"] * len(header)), *(_row(r) for r in rows)])
+
+
+def _release_cell(release: Release) -> str:
+    return f"{release.version}{'' if release.verified else ' ¹'}"
+
+
+def components_table() -> str:
+    rows = []
+    for release in releases():
+        cells = [_release_cell(release), release.date or "?"]
+        cells += [", ".join(release.packages.get(name, ())) or "—" for name, _ in COMPONENTS]
+        rows.append(cells)
+    return _table(["SDK", "date", *(label for _, label in COMPONENTS)], rows)
+
+
+def _support_cell(release: Release, backend: str) -> str:
+    entry = release.backends.get(backend)
+    if entry is None:
+        return "—"
+    status = "" if entry.status is Status.SUPPORTED else f" ({entry.status})"
+    return ", ".join(entry.targets) + status
+
+
+def backends_table() -> str:
+    rows = [[_release_cell(r), *(_support_cell(r, b) for b in BACKENDS), "; ".join(r.sources)] for r in releases()]
+    return _table(["SDK", *BACKENDS, "sources"], rows)
+
+
+def images_table() -> str:
+    rows = []
+    for release in releases():
+        if not release.images:
+            rows.append([_release_cell(release), "none published", "", "", "", ""])
+        for image in release.images:
+            rows.append(
+                [
+                    _release_cell(release),
+                    f"`{image.reference}`",
+                    SERVES_WORDS[image.serves],
+                    " / ".join(v for v in (image.vllm, image.plugin) if v) or "—",
+                    ", ".join(image.targets),
+                    "; ".join(image.sources),
+                ]
+            )
+    return _table(["SDK", "image", "serves", "vLLM / plugin", "targets", "source"], rows)
+
+
+def notes_list() -> str:
+    lines = [f"- **{r.version}**: {r.note}" for r in releases() if r.note]
+    lines += [
+        "",
+        "¹ carried from the previous release: no release notes, component versions or image tags of it were found.",
+    ]
+    return "\n".join(lines)
+
+
+def sources_list() -> str:
+    return "\n".join(f"- `{key}`: {text}" for key, text in SOURCES.items())
+
+
+# Which tables each document carries, by marker name.
+DOCUMENTS: dict[str, dict[str, Callable[[], str]]] = {
+    "docs/backends.md": {
+        "backends": backends_table,
+        "components": components_table,
+        "notes": notes_list,
+        "sources": sources_list,
+    },
+    # "docs/deploy.md": {"images": images_table},  # TODO(merge deploy21)
+}
+
+
+def rewrite(text: str, tables: dict[str, Callable[[], str]], path: str) -> str:
+    for name, render in tables.items():
+        pattern = re.compile(
+            rf"(<!-- support-matrix:{name} begin -->\n).*?(<!-- support-matrix:{name} end -->)", re.DOTALL
+        )
+        if not pattern.search(text):
+            raise SystemExit(f"{path}: no <!-- support-matrix:{name} begin/end --> markers")
+        body = render()
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + "\n" + m.group(2), text)
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a document's tables are stale")
+    args = parser.parse_args()
+    stale = []
+    for relative, tables in DOCUMENTS.items():
+        path = ROOT / relative
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text, tables, relative)
+        if new != text:
+            stale.append(relative)
+            if not args.check:
+                path.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        print(f"stale support matrix in {', '.join(stale)}: run scripts/gen_support_matrix.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
