@@ -275,3 +275,46 @@ def test_without_the_plugin_or_a_runtime_the_backend_says_what_to_install(vllm_n
     assert not availability.available
     assert "no container runtime (docker or podman) on PATH" in (availability.reason or "")
     assert "docker or podman" in (availability.install_hint or "")
+
+
+# -- the other commands, like for every backend --------------------------------------------------------
+
+
+def test_inspect_verify_plan_matrix_and_cache_lookup_work_for_it(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    fake_runtime.add_release_images()
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
+    store = str(tmp_path / "store")
+    code, plan, err = invoke("plan", str(profile), "--json", "--store", store)
+    assert code == 0, (plan, err)
+    [row] = plan["builds"]
+    assert row["store"]["status"] == "miss" and len(row["graphs"]) == 8
+    assert row["neuron_sdk"] == {
+        "release": "2.32.0",
+        "chosen_by": "profile",
+        "requested": "2.32",
+        "problem": None,
+        "notes": [],
+    }
+    code, matrix, _ = invoke("matrix", str(profile), "--json")
+    assert code == 0 and [e["key"] for e in matrix["include"]] == [row["key"]]
+    code, report, err = invoke("compile", str(profile), "--json", "--store", store)
+    assert code == 0, (report, err)
+    bundle = report["builds"][0]["bundle"]
+    code, plan, _ = invoke("plan", str(profile), "--json", "--store", store)
+    assert plan["builds"][0]["store"]["status"] == "hit"
+    code, inspected, _ = invoke("inspect", bundle, "--json")
+    assert code == 0 and inspected["backend"] == "vllm-neuron"
+    assert "VLLM_NEURON_DISABLE_WARMUP_COMPILE=1" in inspected["load_snippet"]
+    code, verified, _ = invoke("verify", bundle, "--json")
+    assert code == 0 and verified["verify"]["ok"] is True
+    # The bundle's toolchain is SDK 2.32.0's image; nothing of it is installed on this host.
+    code, verified, _ = invoke("verify", bundle, "--against-env", "--json")
+    assert code == 5 and verified["environment"]["neuron_sdk"] == {"bundle": "2.32.0", "installed": None}
+    # The Hugging Face Neuron cache holds optimum-neuron exports only: for this backend it is n/a.
+    snapshot = Path(__file__).parent / "fixtures" / "hf-neuron-cache" / "snapshot"
+    code, lookup, err = invoke("cache-lookup", str(profile), "--json", "--snapshot", str(snapshot))
+    assert code == 0, (lookup, err)
+    [build] = lookup["builds"]
+    assert build["status"] == "not-applicable" and "vllm-neuron" in " ".join(build["notes"]), build

@@ -122,6 +122,21 @@ class BuildLookup:
         }
 
 
+# Backends whose compiled artifacts live in a cache of their own, which the Hugging Face Neuron cache
+# (neuronx-cc's cache of optimum-neuron exports) never holds.
+_OWN_CACHE = {
+    "vllm-neuron": "the vllm-neuron plugin keeps its NEFFs in its own compile cache ($VLLM_CACHE_ROOT), "
+    "keyed by traced graph; the Hugging Face Neuron cache holds optimum-neuron exports only",
+}
+
+
+def _not_applicable(spec: BuildSpec) -> str | None:
+    """Why the Hugging Face Neuron cache cannot hold this build (None when it can)."""
+    if spec.target == "cpu":
+        return "target cpu: the Neuron cache holds Neuron (inf2/trn1/trn2) artifacts only"
+    return _OWN_CACHE.get(spec.backend)
+
+
 def lookup_builds(
     specs: Sequence[BuildSpec],
     source: RegistrySource,
@@ -134,7 +149,7 @@ def lookup_builds(
     contexts: dict[tuple[str, str | None, str, str | None], ModelContext] = {}
     query = Query()
     for spec in specs:
-        if spec.target == "cpu":
+        if _not_applicable(spec) is not None:
             continue
         key = (spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)
         if key not in contexts:
@@ -149,8 +164,8 @@ def lookup_builds(
     results = []
     for spec in specs:
         wanted = Wanted.of(spec)
-        if spec.target == "cpu":
-            note = "target cpu: the Neuron cache holds Neuron (inf2/trn1/trn2) artifacts only"
+        note = _not_applicable(spec)
+        if note is not None:
             results.append(BuildLookup(spec, BuildStatus.NOT_APPLICABLE, wanted, [], [], [note]))
             continue
         key = (spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)
