@@ -114,6 +114,7 @@ def plan_builds(
     ``online``, the Hub; without either, or when the lookup cannot be made, its status is "unknown".
     Nothing here raises for a build that does not fit: see ``Estimate.fits``.
     """
+    from neuronc.backends.support import release_json
     from neuronc.pipeline.context import resolve_build
     from neuronc.store import open_store
 
@@ -160,15 +161,10 @@ def plan_builds(
                 estimate=est,
                 graphs=graphs,
                 backend=ctx.backend,
-                neuron_sdk=_release_json(ctx.backend, spec),
+                neuron_sdk=release_json(ctx.backend.release_for(spec), spec.backend),
             )
         )
     return plans
-
-
-def _release_json(backend: Backend, spec: BuildSpec) -> dict[str, Any] | None:
-    resolution = backend.release_for(spec)
-    return resolution.to_json() if resolution is not None else None
 
 
 def hf_cache_statuses(

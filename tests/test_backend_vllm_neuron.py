@@ -296,6 +296,7 @@ def test_inspect_verify_plan_matrix_and_cache_lookup_work_for_it(
         "requested": "2.32",
         "problem": None,
         "notes": [],
+        "support": "beta",
     }
     code, matrix, _ = invoke("matrix", str(profile), "--json")
     assert code == 0 and [e["key"] for e in matrix["include"]] == [row["key"]]

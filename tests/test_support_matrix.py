@@ -165,6 +165,9 @@ def test_validate_refuses_an_unsupported_combination_naming_the_last_good_releas
 def test_validate_accepts_a_supported_release(tmp_path: Path, tiny_llama: Path) -> None:
     code, data = validate(tmp_path, tiny_llama, "nxdi", "trn2", "sdk: '2.31'")
     assert code == 0, data
+    [build] = data["profiles"][0]["builds"]  # type: ignore[index]
+    assert build["neuron_sdk"]["release"] == "2.31.1" and build["neuron_sdk"]["support"] == "maintenance"
+    assert build["neuron_sdk"]["chosen_by"] == "profile"
 
 
 def test_backends_lists_the_releases_per_target(tmp_path: Path) -> None:

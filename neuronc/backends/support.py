@@ -262,7 +262,35 @@ def resolve(backend: str, target: str, sdk: str | None, installed: Mapping[str, 
     return Resolution(newest, "newest")
 
 
+# How a release was chosen, for people (Resolution.how).
+CHOSEN_BY_WORDS = {
+    "profile": "the profile's sdk:",
+    "installed": "the installed toolchain",
+    "newest": "the newest release that supports it",
+}
+
+
+def release_line(data: Mapping[str, object]) -> str:
+    """``Neuron SDK 2.31.1 (the newest release that supports it; nxdi: maintenance)`` from release_json."""
+    how = CHOSEN_BY_WORDS.get(str(data.get("chosen_by")), str(data.get("chosen_by")))
+    support = f"; {data['support']}" if data.get("support") not in (None, "supported") else ""
+    given = data.get("notes")
+    notes = "".join(f"; {n}" for n in given) if isinstance(given, list) else ""
+    return f"Neuron SDK {data.get('release')} ({how}{support}){notes}"
+
+
+def release_json(resolution: Resolution | None, backend: str) -> dict[str, object] | None:
+    """``resolution`` as JSON with how its release supports ``backend`` (None outside the Neuron SDK)."""
+    if resolution is None:
+        return None
+    data = resolution.to_json()
+    entry = resolution.release.backends.get(backend) if resolution.release is not None else None
+    data["support"] = str(entry.status) if entry is not None else None
+    return data
+
+
 __all__ = [
+    "CHOSEN_BY_WORDS",
     "BackendSupport",
     "Image",
     "Release",
@@ -277,6 +305,8 @@ __all__ = [
     "last_supporting",
     "matching",
     "public",
+    "release_json",
+    "release_line",
     "releases",
     "resolve",
     "span",

@@ -167,9 +167,9 @@ def _render(plans: list[Any], placed: list[Any] | None = None) -> None:
             where = f"fits {len(fits)} node(s): {', '.join(n.name for n in fits)}" if fits else "fits no node"
             out.print(escape(f"  ray: needs {need.describe()}; {where}"))
         if p.neuron_sdk and p.neuron_sdk.get("release"):
-            sdk = p.neuron_sdk
-            notes = "".join(f"; {n}" for n in sdk.get("notes") or [])
-            out.print(escape(f"  Neuron SDK {sdk['release']} (chosen by {sdk['chosen_by']}){notes}"))
+            from neuronc.backends.support import release_line
+
+            out.print(escape(f"  {release_line(p.neuron_sdk)}"))
         if p.estimate.unknown_reason:
             out.print(escape(f"  pre-flight unknown: {p.estimate.unknown_reason}"))
         if p.store.get("note"):

@@ -14,6 +14,7 @@ from neuronc.errors import InvalidInputError, NeuroncError, ProfileError
 
 def describe_profile(path: Path) -> dict[str, Any]:
     """Load one profile and describe each build: normalised profile, config hash, planned graphs."""
+    from neuronc.backends.support import release_json
     from neuronc.keys import HASHED_FIELDS
     from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
@@ -31,6 +32,7 @@ def describe_profile(path: Path) -> dict[str, Any]:
                 "hashed_fields": list(HASHED_FIELDS),
                 "normalized": spec.normalized(),
                 "plan": ctx.plan.to_json(),
+                "neuron_sdk": release_json(ctx.backend.release_for(spec), spec.backend),
             }
         )
     return {"path": str(path), "valid": True, "warnings": loaded.warnings, "builds": builds}
@@ -96,6 +98,11 @@ def _render_build(path: str, build: dict[str, Any]) -> None:
         )
     )
     out.print(f"  config hash {build['config_hash']}")
+    sdk = build.get("neuron_sdk")
+    if sdk and sdk.get("release"):
+        from neuronc.backends.support import release_line
+
+        out.print(escape(f"  {release_line(sdk)}"))
     graphs = build["plan"]["graphs"]
     out.table(
         ["graph", "role", "batch", "bucket"],
