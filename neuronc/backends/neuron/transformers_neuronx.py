@@ -1,6 +1,6 @@
 """transformers-neuronx backend: ``<Arch>ForSampling.from_pretrained(...)``, compile, then ``save()``.
 
-transformers-neuronx is deprecated by AWS (last released with Neuron SDK 2.25) but still runs the
+transformers-neuronx reached end of support (its last package is in Neuron SDK 2.26.1) but still runs the
 TorchServe inf2 examples. The profile maps to ``from_pretrained`` keyword arguments
 (``from_pretrained_kwargs``): ``batch_size``, ``tp_degree``, ``amp`` ('f32'/'f16'/'bf16'),
 ``n_positions`` (the token-generation buckets) and ``context_length_estimate`` (the
@@ -250,7 +250,7 @@ class TransformersNeuronxBackend(NeuronBackend):
     required: ClassVar[tuple[str, ...]] = ("transformers-neuronx", "neuronx-cc", "torch-neuronx")
     install_hint: ClassVar[str | None] = (
         f"pip install --extra-index-url {NEURON_EXTRA_INDEX} transformers-neuronx "
-        "neuronx-cc torch-neuronx (last released with Neuron SDK 2.25)"
+        "neuronx-cc torch-neuronx (its last release is in Neuron SDK 2.26.1)"
     )
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
