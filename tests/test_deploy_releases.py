@@ -113,3 +113,11 @@ def test_sdk_2_26_1_runs_the_v0_fork_and_is_refused_with_the_reason(tmp_path: Pa
     assert "neither on PyPI nor in any public source" in message
     # The nearest images are 2.27.0's (no release before 2.26.1 is in the table).
     assert "sdk2.27.0" in str(caught.value.hint) and "--image" in str(caught.value.hint)
+
+
+def test_docs_deploy_names_every_vllm_image_of_the_support_matrix() -> None:
+    """docs/deploy.md's per-release table is written by hand: it names every tag the matrix holds."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text(encoding="utf-8")
+    kinds = (Serves.NXDI, Serves.VLLM_NEURON, Serves.VLLM_V0)
+    missing = [i.tag for r in releases() for k in kinds for i in r.images_serving(k) if f"`{i.tag}`" not in text]
+    assert not missing, missing

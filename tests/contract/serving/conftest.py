@@ -1,9 +1,11 @@
 """Contract tests of the deploy targets against the serving stacks' own code (tests/contract/run_serving_contract.sh).
 
-They run only where that script sets ``NEURONC_SERVING_CONTRACT=1`` (its own virtual environment
-holds the stacks, whose pins clash with ours); elsewhere they are skipped. The bundles are the
-shipped Neuron profiles compiled through the SDK doubles (tests/_serving.py), once per run
-directory (``NEURONC_SERVING_BUNDLES``) and reused by the script's later pytest runs.
+They run only where that script sets ``NEURONC_SERVING_CONTRACT=1`` (its own virtual environments
+hold the stacks, whose pins clash with ours); elsewhere they are skipped. The bundles are the
+shipped Neuron profiles compiled through the SDK doubles (tests/_serving.py), and one vllm-neuron
+bundle per vLLM line (SDK 2.31.0, 2.32.0, 2.33.0: vLLM 0.21.0, 0.24.0, 0.29.0) compiled in the
+release's "DLC image" by the stand-in container runtime (tests/sdk_doubles/container_runtime.py),
+once per run directory (``NEURONC_SERVING_BUNDLES``) and reused by the script's later pytest runs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from _serving import compile_shipped
+from _vllm_neuron_bundles import compile_vllm_neuron
 
 ENABLED = os.environ.get("NEURONC_SERVING_CONTRACT") == "1"
 
@@ -56,5 +59,21 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path
         return
     workdir.mkdir(parents=True, exist_ok=True)
     bundles = compile_shipped(workdir)
+    index.write_text(json.dumps({name: str(path) for name, path in bundles.items()}))
+    yield bundles
+
+
+@pytest.fixture(scope="session")
+def vllm_neuron_bundles(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """``vllm-neuron-<release>`` -> bundle; compiled once per NEURONC_SERVING_BUNDLES directory (the
+    compile runs in the stand-in container, whose Python path holds the doubles' vllm, not a real one)."""
+    root = os.environ.get("NEURONC_SERVING_BUNDLES")
+    workdir = Path(root) if root else tmp_path_factory.mktemp("serving-bundles")
+    index = workdir / "vllm-neuron-bundles.json"
+    if index.is_file():
+        yield {name: Path(path) for name, path in json.loads(index.read_text()).items()}
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    bundles = compile_vllm_neuron(workdir)
     index.write_text(json.dumps({name: str(path) for name, path in bundles.items()}))
     yield bundles
