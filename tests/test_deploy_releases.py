@@ -121,3 +121,20 @@ def test_docs_deploy_names_every_vllm_image_of_the_support_matrix() -> None:
     kinds = (Serves.NXDI, Serves.VLLM_NEURON, Serves.VLLM_V0)
     missing = [i.tag for r in releases() for k in kinds for i in r.images_serving(k) if f"`{i.tag}`" not in text]
     assert not missing, missing
+
+
+def test_torch_neuronx_is_compared_where_the_image_row_records_it() -> None:
+    """NxDI's model.pt is traced with one torch-neuronx: an image row that records its version must match."""
+    from dataclasses import replace
+
+    from neuronc.deploy._releases import nxdi_fits
+
+    release = find_release("2.27.1")
+    assert release is not None
+    newest = release.images_serving(Serves.NXDI)[0]
+    pinned = replace(newest, packages={**newest.packages, "torch-neuronx": "2.9.0.2.11.19912"})
+    toolchain = _nxdi_toolchain(newest)
+    assert nxdi_fits(pinned, toolchain)  # the bundle does not record it: not compared
+    assert nxdi_fits(pinned, {**toolchain, "torch-neuronx": "2.9.0.2.11.19912+abc"})
+    assert not nxdi_fits(pinned, {**toolchain, "torch-neuronx": "2.8.0.2.11.19912"})
+    assert nxdi_fits(newest, {**toolchain, "torch-neuronx": "2.8.0.2.11.19912"})  # the row records none

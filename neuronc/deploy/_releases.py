@@ -80,25 +80,31 @@ def v0_fork_reason(release: Release) -> str:
     )
 
 
+# Compared when both the image's row and the bundle record it: NxDI's model.pt is TorchScript traced
+# with one torch-neuronx (SDK 2.27.1's two images ship 2.8 and 2.9).
+TRACED_WITH = ("torch-neuronx",)
+
+
+def nxdi_fits(image: Image, toolchain: Mapping[str, str | None]) -> bool:
+    also = [p for p in TRACED_WITH if p in image.packages and public(toolchain.get(p)) is not None]
+    return image_agrees(image, toolchain, ("neuronx-cc", NXDI, *also))
+
+
 def nxdi_image(toolchain: Mapping[str, str | None], sdk: str | None, target: str) -> Image | None:
     """The image that serves an NxD Inference bundle: its release's (newest vLLM first) that ships its
-    exact neuronx-cc and NxDI; None when no release ships those versions (a toolchain neuronc does not
-    know); InvalidInputError when the bundle's release has no such image."""
+    exact neuronx-cc and NxDI (and torch-neuronx, where the matrix records the image's); None when no
+    release ships those versions (a toolchain neuronc does not know); InvalidInputError when the
+    bundle's release has no such image."""
     found = nxdi_releases(toolchain, sdk)
-    packages = ("neuronx-cc", NXDI)
     for release in reversed(found):
         for image in release.images_serving(Serves.NXDI):
-            if target in image.targets and image_agrees(image, toolchain, packages):
+            if target in image.targets and nxdi_fits(image, toolchain):
                 return image
     if not found:
         return None
     release = found[-1]
-    fits = [
-        i
-        for r in releases()
-        for i in r.images_serving(Serves.NXDI)
-        if target in i.targets and image_agrees(i, toolchain, packages)
-    ]
+    images = [i for r in releases() for i in r.images_serving(Serves.NXDI) if target in i.targets]
+    fits = [i for i in images if nxdi_fits(i, toolchain)]
     raise no_image(Serves.NXDI, release, target, fits, v0_fork_reason(release))
 
 
