@@ -364,3 +364,17 @@ def test_a_bundle_compiled_in_the_dlc_image_deploys_with_that_image_and_its_own_
     assert proc.returncode == 0, proc.stderr
     tree = json.loads(proc.stdout)["tree"]
     assert sorted({p.split("/")[2] for p in tree}) == sorted(info["cache_keys"])
+
+
+def test_a_vllm_neuron_bundle_without_its_record_is_refused(tmp_path: Path) -> None:
+    release = find_release("2.32.0")
+    assert release is not None
+    bundle = _vllm_neuron_bundle(tmp_path, release)
+    manifest = bundle / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["extra"].pop("vllm_neuron")
+    manifest.chmod(0o644)
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(InvalidInputError, match=r"no extra\.vllm_neuron record") as caught:
+        render(bundle, "vllm")
+    assert "recompile" in str(caught.value.hint)

@@ -64,7 +64,7 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
         from neuronc.deploy.vllm import render_vllm
 
         return render_vllm(values, options)
-    if chosen is Stack.vllm and values.vllm_neuron is not None:
+    if chosen is Stack.vllm and values.backend == "vllm-neuron":
         from neuronc.deploy.vllm_neuron import render_vllm_neuron
 
         return render_vllm_neuron(values, options)
