@@ -33,8 +33,9 @@ SEQ = ResolvedSequence(
 )
 FULL = ResolvedSequence(max_length=4096, max_context_length=4096, context_buckets=(4096,), token_buckets=(4096,))
 CC = "2.21.33363.0+82129205"
+# NxDI: SDK 2.28.0's versions (its AWS vLLM 0.13.0 image ships them); optimum-neuron, transformers-neuronx: 2.26.1's.
 TOOLCHAINS = {
-    "nxdi": {"neuronx-cc": CC, "neuronx-distributed-inference": "0.6.10598"},
+    "nxdi": {"neuronx-cc": "2.23.6484.0+3b612583", "neuronx-distributed-inference": "0.8.16251+f3ca5575"},
     "optimum-neuron": {"optimum-neuron": "0.4.5", "neuronx-cc": CC},
     "transformers-neuronx": {"transformers-neuronx": "0.13.1315", "neuronx-cc": CC},
 }
@@ -204,9 +205,16 @@ def test_vllm_nxdi_arguments_come_from_the_manifest(tmp_path: Path) -> None:
         "--port": "8080",
     }
     assert "--block-size" not in argv
-    # SDK 2.26.1 versions: no AWS vLLM container ships them, so no compose file and a note saying so.
-    assert "docker-compose.yml" not in files and rendered.image is None
-    assert "0.6.10598" in rendered.notes[0] and "--image" in rendered.notes[0]
+    assert rendered.image is not None and rendered.image.endswith(":0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04")
+
+
+def test_vllm_nxdi_bundle_of_versions_no_release_ships_gets_serve_sh_and_a_note(tmp_path: Path) -> None:
+    toolchain = {"neuronx-cc": "2.23.9999.0", "neuronx-distributed-inference": "0.8.16251"}
+    rendered = render(_bundle(tmp_path, "nxdi", toolchain=toolchain), "vllm")
+    files = _files(rendered)
+    assert "serve.sh" in files and "docker-compose.yml" not in files and rendered.image is None
+    assert "2.23.9999.0" in rendered.notes[0] and "--image" in rendered.notes[0]
+    assert "0.8.16251" in rendered.notes[0]  # the known images' versions are named
 
 
 def test_vllm_nxdi_compose_mounts_artifacts_read_only_on_disjoint_devices(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""On an inf2/trn1 host: compile, deploy, start the server from the emitted files, get one completion.
+"""On an inf2/trn1 host: compile, deploy, start the server from the emitted files, get one completion;
+on a Trn2/Trn3 host the same for a vllm-neuron (torch.compile) bundle, with a cache miss made fatal.
 
 Marked ``neuron``: skipped unless a Neuron device is present and the serving stack's command is
 installed (``vllm`` with the vllm-neuron plugin, ``optimum-cli`` with optimum-neuron[vllm],
@@ -25,7 +26,7 @@ from _serving import VLLM_READY_OPTIONS
 from click.testing import CliRunner
 
 from neuronc._output import out
-from neuronc.backends.neuron.env import neuron_device_present
+from neuronc.backends.neuron.env import host_platform, neuron_device_present
 from neuronc.cli import app
 
 pytestmark = [
@@ -43,17 +44,17 @@ CASES = {
 }
 
 
-def _compile(tmp_path: Path, backend: str, extra: dict[str, Any]) -> Path:
+def _compile(tmp_path: Path, backend: str, extra: dict[str, Any], target: str = "inf2") -> Path:
     buckets = {} if backend == "optimum-neuron" else {"context_buckets": [256, 512], "token_buckets": [1024]}
     profile = {
         "model": {"id": MODEL},
         "backend": backend,
-        "target": "inf2",
+        "target": target,
         "tp_degree": 2,
         "batch_size": 2,
         "amp": "bf16",
         "sequence": {"max_length": 1024, **buckets},
-        "weights": "presharded",
+        "weights": "on-load" if backend == "vllm-neuron" else "presharded",
         **extra,
     }
     path = tmp_path / "profile.yaml"
@@ -113,3 +114,35 @@ def test_compile_deploy_serve_one_completion(backend: str, tmp_path: Path) -> No
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(timeout=120)
+
+
+@pytest.mark.skipif(host_platform() not in ("trn2", "trn3"), reason="the vllm-neuron backend serves on Trn2/Trn3")
+def test_vllm_neuron_bundle_serves_from_its_cache_with_a_miss_fatal(tmp_path: Path) -> None:
+    """Compile (the plugin's CPU compile, on this host or in the release's DLC), deploy, start serve.sh (which
+    sets VLLM_NEURON_DISABLE_WARMUP_COMPILE=1: a graph missing from the bundle's cache stops the server),
+    one completion."""
+    if shutil.which("vllm") is None:
+        pytest.skip("vllm (with the vllm-neuron plugin) not installed")
+    target = host_platform()
+    assert target is not None
+    bundle = _compile(tmp_path, "vllm-neuron", {"options": {"logical_nc_config": 2}}, target=target)
+    deploy = tmp_path / "deploy"
+    out.reset()
+    result = CliRunner().invoke(
+        app, ["deploy", str(bundle), "--for", "vllm", "--out", str(deploy), "--port", str(PORT)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "VLLM_NEURON_DISABLE_WARMUP_COMPILE=1" in (deploy / "vllm.env").read_text()
+    log = (tmp_path / "server.log").open("wb")
+    process = subprocess.Popen(["sh", str(deploy / "serve.sh")], start_new_session=True, stdout=log, stderr=log)
+    try:
+        _wait(f"http://localhost:{PORT}/v1/models", process)
+        answer = _post(
+            f"http://localhost:{PORT}/v1/completions",
+            {"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8},
+        )
+        assert answer["choices"][0]["text"], answer
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=120)
+        log.close()

@@ -1,4 +1,5 @@
-"""Serving files from a bundle: vLLM (NxDI through vllm-neuron; optimum-neuron through its own server),
+"""Serving files from a bundle: vLLM (NxDI through vllm-neuron's NxDI path; vllm-neuron's torch.compile
+cache; optimum-neuron through its own server),
 TGI, TorchServe and SageMaker, plus a GuideLLM ``benchmark.sh`` for each.
 
 ``render(bundle_dir, stack, options)`` returns what to write; every shape, size, name and version in
@@ -63,6 +64,10 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
         from neuronc.deploy.vllm import render_vllm
 
         return render_vllm(values, options)
+    if chosen is Stack.vllm and values.backend == "vllm-neuron":
+        from neuronc.deploy.vllm_neuron import render_vllm_neuron
+
+        return render_vllm_neuron(values, options)
     if chosen is Stack.vllm:
         from neuronc.deploy.optimum import render_optimum_vllm
 

@@ -51,7 +51,20 @@ def resolve_instance(v: ServingValues, options: DeployOptions) -> InstanceType:
 
 
 def placement(v: ServingValues, options: DeployOptions) -> Placement:
-    """The instance type and the device groups of each replica: disjoint groups of whole Neuron devices."""
+    """The instance type and the device groups of each replica: disjoint groups of whole Neuron devices.
+
+    A target with no listed instance size (trn3: no source names one) gets the devices its tp degree
+    needs, one replica unless ``--replicas`` says how many the host holds.
+    """
+    from neuronc.hardware import CHIPS, default_instance, devices_for
+
+    if not options.instance_type and v.target in CHIPS and default_instance(v.target, v.tp_degree, v.options) is None:
+        per_replica = devices_for(v.target, v.tp_degree, v.options)
+        count = options.replicas if options.replicas is not None else 1
+        if count < 1:
+            raise InvalidInputError(f"--replicas {count}: at least 1")
+        groups = tuple(tuple(range(r * per_replica, (r + 1) * per_replica)) for r in range(count))
+        return Placement(f"a {v.target} host", groups)
     instance = resolve_instance(v, options)
     cores = instance.cores_at(v.options)  # trn2 at LNC=1: the physical cores
     per_replica = math.ceil(v.tp_degree / (cores // instance.devices))

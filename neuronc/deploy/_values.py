@@ -51,6 +51,21 @@ class TnxRecord:
 
 
 @dataclass(frozen=True)
+class VllmNeuronRecord:
+    """What the vllm-neuron backend recorded in ``manifest.extra["vllm_neuron"]`` (``run_compile``)."""
+
+    release: str  # the Neuron SDK release compiled for
+    plugin: str  # the vllm-neuron version that compiled (0.21.0.1.0.0 ...)
+    vllm: str | None
+    logical_nc_config: int
+    engine_args: tuple[str, ...]  # ``vllm serve`` arguments after the checkpoint
+    kv_sizing_env: Mapping[str, str]
+    cache_root: str  # relative to the bundle: the VLLM_CACHE_ROOT the compile filled
+    checkpoint: str  # relative to the bundle: the checkpoint the engine loads
+    pinned: str | None  # repository@sha256:... of the DLC image the compile ran in, if it ran in one
+
+
+@dataclass(frozen=True)
 class ServingValues:
     """Shapes, names and versions a serving stack needs, all from the manifest."""
 
@@ -71,6 +86,8 @@ class ServingValues:
     options: Mapping[str, Any] = field(default_factory=dict)
     nxdi: NxdiRecord | None = None
     tnx: TnxRecord | None = None
+    vllm_neuron: VllmNeuronRecord | None = None
+    sdk: str | None = None  # the profile's ``sdk:`` (a Neuron SDK release or series), if it named one
 
     @property
     def runtime_env(self) -> dict[str, str]:
@@ -139,6 +156,8 @@ DEPLOY_PACKAGES = (
     "libneuronxla",
     "vllm",
     "vllm-neuron",
+    "libtorch-neuronx-lite",
+    "nki",
     "torch",
     "transformers",
 )
@@ -288,6 +307,79 @@ def _tnx(reader: _Reader) -> TnxRecord | None:
     )
 
 
+_RELEASE = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){0,2}$")
+_RELATIVE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
+_PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,254}@sha256:[0-9a-f]{64}$")
+MAX_ENGINE_ARGS = 256
+# Placed by deploy itself (checkpoint path, port); a recorded engine argument may not set them.
+DEPLOY_FLAGS = ("--model", "--port", "--host")
+
+
+def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
+    """``extra.vllm_neuron``, each field checked: every one of them reaches serve.sh or the compose file."""
+    from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV
+
+    info = reader.manifest.extra.get("vllm_neuron")
+    if not isinstance(info, Mapping):
+        return None
+    where = "extra.vllm_neuron."
+    text: dict[str, str] = {}
+    for key, pattern in (("release", _RELEASE), ("cache_root", _RELATIVE), ("checkpoint", _RELATIVE)):
+        value = info.get(key)
+        if not isinstance(value, str) or not pattern.fullmatch(value) or ".." in value.split("/"):
+            why = "is not a release version" if key == "release" else "is not a path inside the bundle"
+            reader.refuse(where + key, value, why)
+        text[key] = value if isinstance(value, str) else ""
+    versions = {k: info.get(k) for k in ("plugin", "vllm")}
+    for key, value in versions.items():
+        if not (value is None and key == "vllm") and not _is_version(value):
+            reader.refuse(where + key, value, "is not a version (PEP 440)")
+    lnc = info.get("logical_nc_config")
+    if lnc not in (1, 2) or isinstance(lnc, bool):
+        reader.refuse(where + "logical_nc_config", lnc, "is not 1 or 2")
+    given = info.get("engine_args")
+    args: list[str] = []
+    if isinstance(given, list) and 0 < len(given) <= MAX_ENGINE_ARGS:
+        args = [a for a in given if isinstance(a, str) and len(a) <= 4096 and _unsafe_char(a) is None]
+    if not args or len(args) != len(given or ()):
+        reader.refuse(where + "engine_args", given, f"is not a list of at most {MAX_ENGINE_ARGS} plain arguments")
+        args = []
+    elif any(a.split("=", 1)[0] in DEPLOY_FLAGS for a in args) or not args[0].startswith("--"):
+        reader.refuse(where + "engine_args", given, f"holds a positional argument or one of {', '.join(DEPLOY_FLAGS)}")
+    kv = info.get("kv_sizing_env") or {}
+    if not isinstance(kv, Mapping) or not all(
+        k in KV_SIZING_ENV and isinstance(v, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)?", v) for k, v in kv.items()
+    ):
+        reader.refuse(where + "kv_sizing_env", kv, f"is not numbers for {', '.join(KV_SIZING_ENV)}")
+        kv = {}
+    runner = info.get("runner")
+    pinned = runner.get("pinned") if isinstance(runner, Mapping) else None
+    if pinned is not None and (not isinstance(pinned, str) or not _PINNED.fullmatch(pinned)):
+        reader.refuse(where + "runner.pinned", pinned, "is not an image pinned by digest (repository@sha256:...)")
+        pinned = None
+    return VllmNeuronRecord(
+        release=text["release"],
+        plugin=str(versions["plugin"]),
+        vllm=versions["vllm"] if isinstance(versions["vllm"], str) else None,
+        logical_nc_config=lnc if isinstance(lnc, int) else 2,
+        engine_args=tuple(args),
+        kv_sizing_env=dict(kv),
+        cache_root=text["cache_root"],
+        checkpoint=text["checkpoint"],
+        pinned=pinned,
+    )
+
+
+def _sdk(reader: _Reader) -> str | None:
+    value = reader.manifest.profile.get("sdk")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _RELEASE.fullmatch(value):
+        reader.refuse("profile.sdk", value, "is not a Neuron SDK release (2.31 or 2.31.1)")
+        return None
+    return value
+
+
 # The transformers-neuronx from_pretrained arguments neuronc records for every build (torchserve's
 # handler takes them from the record).
 TNX_RECORDED = ("batch_size", "tp_degree", "amp", "n_positions", "context_length_estimate")
@@ -317,9 +409,19 @@ def serving_values(manifest: Manifest, bundle_dir: Path, bundle_path: str | None
         options=reader.options(),
         nxdi=_nxdi(reader),
         tnx=_tnx(reader),
+        vllm_neuron=_vllm_neuron(reader),
+        sdk=_sdk(reader),
     )
     reader.check()
     return values
 
 
-__all__ = ["DEPLOY_PACKAGES", "DTYPES", "NxdiRecord", "ServingValues", "TnxRecord", "serving_values"]
+__all__ = [
+    "DEPLOY_PACKAGES",
+    "DTYPES",
+    "NxdiRecord",
+    "ServingValues",
+    "TnxRecord",
+    "VllmNeuronRecord",
+    "serving_values",
+]

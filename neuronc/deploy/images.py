@@ -17,14 +17,17 @@ Sources, per family:
   ``docs/source/containers.mdx`` at v0.4.5; huggingface/hub-docs ``docs/sagemaker/source/dlcs/available.md``).
 - ``tgi``: huggingface/text-generation-inference ``Dockerfile.neuron`` at v3.3.5-v3.3.7 (optimum-neuron
   v0.3.0 sources, ``neuronx-cc==2.19.8089.0+8ab9f450``); tags from ``docs/source/backends/neuron.md``.
-- ``vllm-neuron``: aws-neuron/deep-learning-containers ``vllm/inference/<vllm>/Dockerfile.neuronx``
-  (``NEURONX_CC_VERSION``, ``NEURONX_DISTRIBUTED_INFERENCE_VERSION``) and its README table.
+- ``vllm-neuron``: not listed here but derived from the support matrix (``neuronc.backends.support_data``):
+  every release's image that serves NxD Inference through the vllm-neuron plugin (``Serves.NXDI``:
+  vLLM 0.11.0 / 0.13.0 / 0.16.0, SDK 2.27.0-2.31.1), read there from aws-neuron/deep-learning-containers
+  ``vllm/inference/<vllm>/Dockerfile.neuronx`` (``NEURONX_CC_VERSION``,
+  ``NEURONX_DISTRIBUTED_INFERENCE_VERSION``) and its README table. Newest release first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.version import InvalidVersion, Version
 
@@ -60,6 +63,8 @@ class ServingImage:
     nxdi: str | None = None  # neuronx-distributed-inference
     vllm: str | None = None
     tgi: str | None = None
+    sdk: str | None = None  # the Neuron SDK release the image belongs to (vllm-neuron family)
+    plugin: str | None = None  # the vllm-neuron version it ships (vllm-neuron family)
 
 
 def _optimum_vllm(version: str, cc: str, vllm: str) -> ServingImage:
@@ -77,9 +82,18 @@ def _tgi(tgi: str) -> ServingImage:
     return ServingImage("tgi", image, "2.19.8089.0+8ab9f450", "0.3.0", tgi=tgi)
 
 
-def _vllm_neuron(vllm: str, sdk: str, ubuntu: str, cc: str, nxdi: str) -> ServingImage:
-    image = f"public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:{vllm}-neuronx-py312-sdk{sdk}-ubuntu{ubuntu}"
-    return ServingImage("vllm-neuron", image, cc, nxdi=nxdi, vllm=vllm)
+def nxdi_images() -> tuple[ServingImage, ...]:
+    """The support matrix's vLLM images that serve NxD Inference bundles (vllm-neuron's NxDI path), newest
+    release first; within a release in the matrix's order (the newer vLLM first)."""
+    from neuronc.backends.support import Serves, releases
+
+    rows = []
+    for release in reversed(releases()):
+        for image in release.images_serving(Serves.NXDI):
+            cc, nxdi = image.packages["neuronx-cc"], image.packages["neuronx-distributed-inference"]
+            made = ServingImage("vllm-neuron", image.reference, cc, nxdi=nxdi, vllm=image.vllm, plugin=image.plugin)
+            rows.append(replace(made, sdk=release.version))
+    return tuple(rows)
 
 
 # Newest first within a family: the first match wins.
@@ -95,9 +109,7 @@ IMAGES: tuple[ServingImage, ...] = (
     _tgi("3.3.7"),
     _tgi("3.3.6"),
     _tgi("3.3.5"),
-    # vllm-neuron 0.4.1 (release-0.4.1 branch) in Neuron SDK 2.28.0; vllm-neuron 0.2.2 in SDK 2.27.1.
-    _vllm_neuron("0.13.0", "2.28.0", "24.04", "2.23.6484.0+3b612583", "0.8.16251+f3ca5575"),
-    _vllm_neuron("0.11.0", "2.27.1", "24.04", "2.22.12471.0+b4a00d10", "0.7.15063+bafa28d5"),
+    *nxdi_images(),
 )
 
 FAMILY_WORDS = {
@@ -161,4 +173,13 @@ def choose_image(family: str, toolchain: Mapping[str, str | None], packages: tup
     raise InvalidInputError(msg, hint=hint)
 
 
-__all__ = ["FAMILY_WORDS", "IMAGES", "SAGEMAKER_VLLM_REGIONS", "ServingImage", "choose_image", "find_image", "public"]
+__all__ = [
+    "FAMILY_WORDS",
+    "IMAGES",
+    "SAGEMAKER_VLLM_REGIONS",
+    "ServingImage",
+    "choose_image",
+    "find_image",
+    "nxdi_images",
+    "public",
+]

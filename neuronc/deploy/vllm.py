@@ -1,4 +1,10 @@
-"""vLLM for NxDI bundles, through the vllm-neuron plugin (vLLM V1).
+"""vLLM for NxDI bundles, through the vllm-neuron plugin's NxD Inference path (vLLM V1).
+
+The image is the bundle's Neuron SDK release's (``_releases.nxdi_image``, from the support matrix):
+SDK 2.27.0 vLLM 0.11.0 (vllm-neuron 0.2.1), 2.27.1 vLLM 0.13.0 (0.3.0) or 0.11.0 (0.2.2), 2.28.0
+vLLM 0.13.0 (0.4.1), 2.29.x-2.31.x vLLM 0.16.0 (0.5.x). The arguments below are the same for all
+three vLLM versions: each of them exists with the same meaning in 0.11.0, 0.13.0 and 0.16.0
+(checked with each version's own parser, tests/contract/serving/test_vllm_parser.py).
 
 What the plugin does with the values emitted here (vllm-project/vllm-neuron 0.2.0,
 ``vllm_neuron/platform.py`` and ``worker/neuronx_distributed_model_loader.py``):
@@ -11,8 +17,8 @@ What the plugin does with the values emitted here (vllm-project/vllm-neuron 0.2.
 - vLLM passes one slot id per request; NxDI honours them only with ``is_continuous_batching``,
   so a batch > 1 bundle without it is refused (requests would overwrite each other's KV cache).
 - With prefix caching off the plugin sets ``block_size = max_model_len`` itself; ``--block-size``
-  only accepts 1-128 (vLLM 0.11) / 1-256 (vLLM 0.13) and is never passed. Prefix caching is on by
-  default in vLLM V1: ``--no-enable-prefix-caching``. ``--num-gpu-blocks-override`` is the
+  only accepts 1-128 (vLLM 0.11) / 1-256 (vLLM 0.13, 0.16) and is never passed. Prefix caching is on
+  by default in vLLM V1: ``--no-enable-prefix-caching``. ``--num-gpu-blocks-override`` is the
   compiled batch (one block of max_model_len per sequence; the plugin adds its null block).
 - Prompts: vLLM accepts prompts up to ``--max-model-len``, but NxDI has no context-encoding
   graph for prompts longer than the largest context bucket. The plugin resets
@@ -29,7 +35,7 @@ from neuronc.deploy._compose import CONTAINER_BUNDLE, bundle_volumes, endpoint_f
 from neuronc.deploy._quote import comment_text, sh_env_file
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
-from neuronc.deploy.images import find_image, known_text, versions_text
+from neuronc.deploy.images import known_text, versions_text
 from neuronc.errors import InvalidInputError
 
 # The AWS vLLM DLCs (aws-neuron/deep-learning-containers vllm/inference/*/Dockerfile.neuronx, tags
@@ -115,8 +121,10 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
     notes: list[str] = []
     image = options.image
     if image is None:
-        found = find_image("vllm-neuron", v.toolchain)
-        image = found.image if found else None
+        from neuronc.deploy._releases import nxdi_image
+
+        found = nxdi_image(v.toolchain, v.sdk, v.target)
+        image = found.reference if found else None
     replicas = 1
     if image is not None:  # replicas and instance matter only to the compose file
         where = placement(v, options)

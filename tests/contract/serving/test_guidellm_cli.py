@@ -39,12 +39,15 @@ CASES = [
     ("llama3.1-8b-optimum-neuron-tgi", "sagemaker"),
     ("llama2-13b-tnx-inf2-tp12", "torchserve"),
     ("opt-6.7b-tnx-inf2-tp2", "torchserve"),
+    ("vllm-neuron-2.32.0", "vllm"),
 ]
 
 
 @pytest.mark.parametrize(("name", "stack"), CASES)
-def test_benchmark_runs_guidellms_cli(shipped: dict[str, Path], name: str, stack: str, tmp_path: Path) -> None:
-    bundle = shipped[name]
+def test_benchmark_runs_guidellms_cli(
+    shipped: dict[str, Path], vllm_neuron_bundles: dict[str, Path], name: str, stack: str, tmp_path: Path
+) -> None:
+    bundle = {**shipped, **vllm_neuron_bundles}[name]
     manifest = read_manifest(bundle)
     out = tmp_path / stack
     write(render(bundle, stack, DeployOptions(image="registry.example/x:y")), out)

@@ -21,7 +21,7 @@ from neuronc.errors import InvalidInputError
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 UPSTREAM = re.compile(r"^(\s*server )([a-z0-9-]+)(:\d+)", re.MULTILINE)
 STACKS = ("vllm", "tgi", "sagemaker", "torchserve")
-INSTANCES = (None, "inf2.48xlarge")
+INSTANCES = (None, "inf2.48xlarge", "trn2.48xlarge")
 
 
 def _emitted_confs(shipped: dict[str, Path]) -> list[tuple[str, dict[str, str]]]:
@@ -49,8 +49,10 @@ def _nginx_test(conf: str, prefix: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_every_nginx_conf_passes_nginx_t(shipped: dict[str, Path], tmp_path: Path) -> None:
-    confs = _emitted_confs(shipped)
+def test_every_nginx_conf_passes_nginx_t(
+    shipped: dict[str, Path], vllm_neuron_bundles: dict[str, Path], tmp_path: Path
+) -> None:
+    confs = _emitted_confs({**shipped, **vllm_neuron_bundles})
     assert confs, "no shipped profile emitted an nginx.conf"
     for label, files in confs:
         services = set(yaml.safe_load(files["docker-compose.yml"])["services"])
