@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,12 +35,6 @@ COMPONENTS = (
     ("transformers-neuronx", "transformers-neuronx"),
     ("nki", "NKI"),
 )
-SERVES_WORDS = {
-    Serves.NXDI: "vLLM + vllm-neuron, NxD Inference path",
-    Serves.VLLM_NEURON: "vLLM + vllm-neuron, torch.compile path",
-    Serves.VLLM_V0: "AWS vLLM V0 fork",
-    Serves.PYTORCH: "torch-neuronx, NxD, NxDI (no server)",
-}
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -77,23 +71,54 @@ def backends_table() -> str:
     return _table(["SDK", *BACKENDS, "sources"], rows)
 
 
+# What deploy does where the table has no image to serve with (docs/deploy.md says why).
+V0_FORK = (
+    "refused: AWS's V0 fork (`aws-neuron/upstreaming-to-vllm` branch 2.26.1, cloned in the image's Dockerfile), "
+    "whose parser is neither on PyPI nor in a public source neuronc could check against"
+)
+NO_IMAGE = "none published: deploy refuses `sdk: {version}` naming {nearest}'s image{why}"
+
+
+def _components(image_packages: Mapping[str, str], release: Release) -> tuple[str, str]:
+    cc = image_packages.get("neuronx-cc") or release.version_of("neuronx-cc") or "–"
+    if "neuronx-distributed-inference" in image_packages:
+        return cc, f"NxDI {image_packages['neuronx-distributed-inference']}"
+    lite = image_packages.get("libtorch-neuronx-lite")
+    return cc, f"lite {lite}" if lite else "–"
+
+
 def images_table() -> str:
+    """The AWS vLLM images per release: what deploy serves a bundle of that release with."""
     rows = []
+    previous: Release | None = None
     for release in releases():
-        if not release.images:
-            rows.append([_release_cell(release), "none published", "", "", "", ""])
-        for image in release.images:
+        served = [i for i in release.images if i.serves is not Serves.PYTORCH]
+        if not served:
+            nearest = previous.version if previous is not None else "?"
+            why = "" if release.verified else " (no versions or tag of it were found)"
+            rows.append([release.version, NO_IMAGE.format(version=release.version, nearest=nearest, why=why)])
+            rows[-1] += ["–"] * 6
+        for image in served:
+            cc, library = _components(image.packages, release)
+            if image.serves is Serves.VLLM_V0:
+                rows.append([release.version, f"`{image.tag}`", V0_FORK, f"{image.vllm} (fork)", "–", cc, library, "–"])
+                continue
             rows.append(
                 [
-                    _release_cell(release),
-                    f"`{image.reference}`",
-                    SERVES_WORDS[image.serves],
-                    " / ".join(v for v in (image.vllm, image.plugin) if v) or "—",
-                    ", ".join(image.targets),
-                    "; ".join(image.sources),
+                    release.version,
+                    f"`{image.tag}`",
+                    "NxDI" if image.serves is Serves.NXDI else "vllm-neuron",
+                    image.vllm or "–",
+                    image.plugin or "–",
+                    cc,
+                    library,
+                    f"vLLM {image.vllm}",
                 ]
             )
-    return _table(["SDK", "image", "serves", "vLLM / plugin", "targets", "source"], rows)
+        if served:
+            previous = release
+    header = ["SDK", "tag", "serves", "vLLM", "vllm-neuron", "neuronx-cc", "NxDI / lite", "flags checked with"]
+    return _table(header, rows)
 
 
 def notes_list() -> str:
@@ -117,7 +142,7 @@ DOCUMENTS: dict[str, dict[str, Callable[[], str]]] = {
         "notes": notes_list,
         "sources": sources_list,
     },
-    # "docs/deploy.md": {"images": images_table},  # TODO(merge deploy21)
+    "docs/deploy.md": {"images": images_table},
 }
 
 

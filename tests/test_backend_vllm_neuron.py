@@ -319,3 +319,69 @@ def test_inspect_verify_plan_matrix_and_cache_lookup_work_for_it(
     assert code == 0, (lookup, err)
     [build] = lookup["builds"]
     assert build["status"] == "not-applicable" and "vllm-neuron" in " ".join(build["notes"]), build
+
+
+def test_a_host_whose_versions_two_releases_share_compiles_for_either(
+    tmp_path: Path, tiny_llama: Path, vllm_neuron_host: Any
+) -> None:
+    # 2.33.1's row carries 2.33.0's versions: a 2.33 host is both, and is recorded as 2.33.0 (the
+    # release with an image, which deploy serves it with).
+    vllm_neuron_host("2.33.0")
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.33.0'")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    assert read_manifest(Path(report["builds"][0]["bundle"])).extra["vllm_neuron"]["runner"]["kind"] == "host"
+    # The same build without sdk: (another store: sdk: is not hashed, so the first store has it).
+    profile = write_profile(tmp_path / "auto", tiny_llama)
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store2"))
+    assert code == 0, (report, err)
+    manifest = read_manifest(Path(report["builds"][0]["bundle"]))
+    assert (
+        manifest.extra["neuron_sdk"]["release"] == "2.33.0" and manifest.extra["neuron_sdk"]["chosen_by"] == "installed"
+    )
+
+
+def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    import os
+    import stat
+    import subprocess
+
+    from neuronc.bundle import BUNDLE_PLACEHOLDER
+
+    fake_runtime.add_release_images()
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
+    code, report, err = invoke("compile", str(profile), "--json", "--out", str(tmp_path / "out"))
+    assert code == 0, (report, err)
+    bundle = Path(report["builds"][0]["bundle"])
+    for path in [bundle, *bundle.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    # A stand-in `vllm` that says what it was started with and whether it could write its lock files.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(
+        "#!/bin/sh\n"
+        'touch "$VLLM_CACHE_ROOT/neuron/compile_cache/.lock-test" && echo writable\n'
+        'echo "fail-on-miss=$VLLM_NEURON_DISABLE_WARMUP_COMPILE lnc=$NEURON_LOGICAL_NC_CONFIG"\n'
+        'ls "$VLLM_CACHE_ROOT/neuron/compile_cache" | wc -l\n'
+        'echo "$@"\n'
+    )
+    (bin_dir / "vllm").chmod(0o755)
+    snippet = str(read_manifest(bundle).extra["load_snippet"]).replace(BUNDLE_PLACEHOLDER, str(bundle))
+    try:
+        done = subprocess.run(
+            ["bash", "-ec", snippet],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+            check=False,
+        )
+    finally:
+        for path in [bundle, *bundle.rglob("*")]:
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["writable", "fail-on-miss=1 lnc=2"], (done.stdout, done.stderr)
+    assert int(lines[2]) == 8  # the 8 entries (ls leaves out the dot-file the stand-in wrote)
+    assert lines[3].startswith(f"serve {bundle}/artifacts/checkpoint --served-model-name ./model")

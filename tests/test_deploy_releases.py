@@ -137,4 +137,18 @@ def test_torch_neuronx_is_compared_where_the_image_row_records_it() -> None:
     assert nxdi_fits(pinned, toolchain)  # the bundle does not record it: not compared
     assert nxdi_fits(pinned, {**toolchain, "torch-neuronx": "2.9.0.2.11.19912+abc"})
     assert not nxdi_fits(pinned, {**toolchain, "torch-neuronx": "2.8.0.2.11.19912"})
-    assert nxdi_fits(newest, {**toolchain, "torch-neuronx": "2.8.0.2.11.19912"})  # the row records none
+    unrecorded = find_release("2.28.0").images_serving(Serves.NXDI)[0]  # type: ignore[union-attr]
+    assert "torch-neuronx" not in unrecorded.packages
+    assert nxdi_fits(unrecorded, {**_nxdi_toolchain(unrecorded), "torch-neuronx": "2.8.0.2.12.22436"})
+
+
+def test_a_2_27_1_bundle_gets_the_image_with_its_torch_neuronx() -> None:
+    """SDK 2.27.1's two images ship torch-neuronx 2.9 (vLLM 0.13.0) and 2.8 (vLLM 0.11.0)."""
+    from neuronc.deploy._releases import nxdi_image
+
+    release = find_release("2.27.1")
+    assert release is not None
+    toolchain = _nxdi_toolchain(release.images_serving(Serves.NXDI)[0])
+    for torch_neuronx, vllm in (("2.9.0.2.11.19912", "0.13.0"), ("2.8.0.2.11.19912", "0.11.0")):
+        image = nxdi_image({**toolchain, "torch-neuronx": torch_neuronx}, "2.27.1", "trn2")
+        assert image is not None and image.vllm == vllm, torch_neuronx

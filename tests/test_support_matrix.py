@@ -18,6 +18,7 @@ from neuronc._output import out
 from neuronc.backends.support import (
     Serves,
     detect_release,
+    detect_releases,
     find_release,
     last_supporting,
     matching,
@@ -179,3 +180,18 @@ def test_backends_lists_the_releases_per_target(tmp_path: Path) -> None:
     assert rows["transformers-neuronx"]["sdk_releases"] == {"inf2": "2.26.1", "trn1": "2.26.1"}
     assert rows["nxdi"]["sdk_releases"]["trn2"] == "2.26.1–2.31.1"
     assert rows["inductor"]["sdk_releases"] == {}
+
+
+def test_a_patch_release_that_changed_no_package_is_told_apart_by_its_sources() -> None:
+    # 2.28.1 ships 2.28.0's packages (both read from their manifests): the newer is the answer, and
+    # both agree. 2.33.1's row is carried from 2.33.0 (no sources found): 2.33.0 is the answer.
+    for version, agreeing, answer in (
+        ("2.28.0", ["2.28.0", "2.28.1"], "2.28.1"),
+        ("2.33.0", ["2.33.0", "2.33.1"], "2.33.0"),
+    ):
+        release = find_release(version)
+        assert release is not None
+        installed = {name: versions[0] for name, versions in release.packages.items()}
+        assert [r.version for r in detect_releases(installed)] == agreeing
+        found = detect_release(installed)
+        assert found is not None and found.version == answer

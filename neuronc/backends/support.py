@@ -183,29 +183,35 @@ def span(backend: str, target: str) -> str:
     return found[0].version if len(found) == 1 else f"{found[0].version}–{found[-1].version}"
 
 
-def detect_release(versions: Mapping[str, str | None], packages: Iterable[str] | None = None) -> Release | None:
-    """The newest release whose versions agree with the installed ones.
+def detect_releases(versions: Mapping[str, str | None], packages: Iterable[str] | None = None) -> list[Release]:
+    """Every release whose versions agree with the installed ones, oldest first.
 
     ``neuronx-cc`` must be installed and listed; every other package of ``packages`` (default: all
     the row lists) that is installed must be one of the row's versions. Compared on public versions.
+    More than one release can agree: a patch release that changed no package (2.28.1) or whose
+    versions are carried from its predecessor (2.33.1) ships what the one before it did.
     """
     cc = public(versions.get("neuronx-cc"))
     if cc is None:
-        return None
-    found: Release | None = None
+        return []
+    found: list[Release] = []
     for release in _releases():
         if cc not in release.packages.get("neuronx-cc", ()):
             continue
         names = release.packages if packages is None else [p for p in packages if p in release.packages]
-        agree = True
-        for name in names:
-            installed = public(versions.get(name))
-            if installed is not None and installed not in release.packages[name]:
-                agree = False
-                break
-        if agree:
-            found = release
+        if all(
+            (installed := public(versions.get(name))) is None or installed in release.packages[name] for name in names
+        ):
+            found.append(release)
     return found
+
+
+def detect_release(versions: Mapping[str, str | None], packages: Iterable[str] | None = None) -> Release | None:
+    """The release the installed versions are: of those that agree (``detect_releases``), the newest
+    whose row was read from its own sources (a row carried from its predecessor only when none was)."""
+    found = detect_releases(versions, packages)
+    verified = [r for r in found if r.verified]
+    return (verified or found)[-1] if found else None
 
 
 def unsupported_message(backend: str, target: str, release: Release | None, where: str) -> str:
@@ -299,6 +305,7 @@ __all__ = [
     "Status",
     "backend_targets",
     "detect_release",
+    "detect_releases",
     "find_release",
     "first_supporting",
     "known_versions",

@@ -231,8 +231,26 @@ RELEASES: tuple[Release, ...] = (
         {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
         ("MAN@2.27.1", "DLC@2.27.1", "DLC@6d82485"),
         (
-            _nxdi_image("2.27.1", "0.13.0", "0.3.0", "2.22.12471.0", "0.7.15063", "0.16.25997", nki="0.1.0"),
-            _nxdi_image("2.27.1", "0.11.0", "0.2.2", "2.22.12471.0", "0.7.15063", "0.16.25997"),
+            # The two images ship different torch-neuronx builds (their Dockerfiles' NEURONX_FRAMEWORK_VERSION).
+            _nxdi_image(
+                "2.27.1",
+                "0.13.0",
+                "0.3.0",
+                "2.22.12471.0",
+                "0.7.15063",
+                "0.16.25997",
+                nki="0.1.0",
+                **{"torch-neuronx": "2.9.0.2.11.19912"},
+            ),
+            _nxdi_image(
+                "2.27.1",
+                "0.11.0",
+                "0.2.2",
+                "2.22.12471.0",
+                "0.7.15063",
+                "0.16.25997",
+                **{"torch-neuronx": "2.8.0.2.11.19912"},
+            ),
             _pytorch_image("2.27.1", "2.9.0"),
         ),
         note="the vLLM 0.13.0 image (vllm-neuron 0.3.0) was published out of band on 2026-01-26",

@@ -20,7 +20,7 @@ from neuronc.backends.base import (
 )
 from neuronc.backends.neuron.env import IMPORT_NAMES, PYPI_PLACEHOLDERS, build_env
 from neuronc.backends.neuron.isolated import run_isolated
-from neuronc.backends.support import Resolution, backend_targets, detect_release, matching, resolve
+from neuronc.backends.support import Resolution, backend_targets, detect_release, detect_releases, matching, resolve
 from neuronc.bundle import BUNDLE_PLACEHOLDER
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.hardware import chip, tp_degrees
@@ -112,9 +112,10 @@ class NeuronBackend(BackendBase):
         """EnvironmentIncompatibleError (exit 5) when the profile's ``sdk:`` is not the installed release."""
         if spec.sdk is None:
             return
-        installed = detect_release(self.toolchain_versions())
-        if installed is not None and installed in matching(spec.sdk):
-            return
+        versions = self.toolchain_versions()
+        if any(release in matching(spec.sdk) for release in detect_releases(versions)):
+            return  # what is installed is (also) a release the profile names
+        installed = detect_release(versions)
         have = f"SDK {installed.version}" if installed is not None else "no release neuronc knows"
         msg = f"{spec.label}: the profile asks for Neuron SDK {spec.sdk}; the toolchain installed here is {have}"
         hint = f"compile where SDK {spec.sdk} is installed (a Neuron DLAMI or DLC), or change sdk:"

@@ -26,7 +26,7 @@ from neuronc.backends.base import (
     HostRamModel,
     SpecProblem,
 )
-from neuronc.backends.neuron.common import NeuronBackend
+from neuronc.backends.neuron.common import BUNDLE_PLACEHOLDER, NeuronBackend
 from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX
 from neuronc.backends.neuron.files import backend_extra, bundle_line
 from neuronc.backends.support import (
@@ -35,7 +35,7 @@ from neuronc.backends.support import (
     Resolution,
     Serves,
     backend_targets,
-    detect_release,
+    detect_releases,
     resolve,
     supporting,
 )
@@ -69,8 +69,8 @@ def compiles_on_host(wanted: str, release: Release, host: Availability) -> bool:
     """``NEURONC_VLLM_NEURON_RUNNER=host``, or (auto) the plugin installed here is the build's release."""
     if wanted == "host":
         return True
-    found = detect_release(host.versions) if host.available and wanted == "auto" else None
-    return found is not None and found.version == release.version
+    found = detect_releases(host.versions) if host.available and wanted == "auto" else []
+    return release in found
 
 
 class VllmNeuronBackend(NeuronBackend):
@@ -203,7 +203,7 @@ class VllmNeuronBackend(NeuronBackend):
         plan = self.runner_plan(job.spec)
         result = run_compile(job, plan)
         result.extra["neuron_sdk"] = self.release_for(job.spec).to_json()
-        result.extra["load_snippet"] = serve_snippet("<bundle>", result.extra["vllm_neuron"])
+        result.extra["load_snippet"] = serve_snippet(BUNDLE_PLACEHOLDER, result.extra["vllm_neuron"])
         return result
 
     def recognizes(self, directory: str | os.PathLike[str]) -> bool:
@@ -223,7 +223,9 @@ def serve_snippet(bundle_dir: str, info: dict[str, Any]) -> str:
     return "\n".join(
         [
             "# " + bundle_line(bundle_dir),
-            f"export VLLM_CACHE_ROOT=$(mktemp -d) && cp -a {cache}/. $VLLM_CACHE_ROOT/",
+            # Writable: the plugin writes lock files beside its entries (a bundle may be read-only).
+            "export VLLM_CACHE_ROOT=$(mktemp -d)",
+            f'cp -a {cache}/. "$VLLM_CACHE_ROOT"/ && chmod -R u+w "$VLLM_CACHE_ROOT"',
             f"export VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 NEURON_LOGICAL_NC_CONFIG={info.get('logical_nc_config', 2)}",
             f"vllm serve {shlex.quote(bundle_dir + '/' + CHECKPOINT_DIR)} {shlex.join(args)}",
         ]
