@@ -72,6 +72,14 @@ for version in "${VLLM_TF5_VERSIONS[@]}"; do
         "$venv5/bin/pip" install --quiet --no-deps --target "$venv5/vllm-$version" "vllm==$version"
     fi
 done
+# optimum-neuron 0.4.0 and 0.4.1: their serve parsers are read from the wheels (test_optimum_serve_versions.py).
+for version in 0.4.0 0.4.1; do
+    if ! ls "$venv/optimum-wheels/optimum_neuron-$version-"*.whl >/dev/null 2>&1; then
+        step "download optimum-neuron $version's wheel (--no-deps) into $venv/optimum-wheels"
+        "$venv/bin/pip" download --quiet --no-deps --dest "$venv/optimum-wheels" "optimum-neuron==$version"
+    fi
+done
+export NEURONC_OPTIMUM_WHEELS="$venv/optimum-wheels"
 "$venv/bin/pip" install --quiet --no-deps -e "$repo"
 "$venv5/bin/pip" install --quiet --no-deps -e "$repo"
 if ! command -v nginx >/dev/null && [[ ! -x /usr/sbin/nginx ]]; then
