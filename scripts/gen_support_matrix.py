@@ -73,8 +73,8 @@ def backends_table() -> str:
 
 # What deploy does where the table has no image to serve with (docs/deploy.md says why).
 V0_FORK = (
-    "refused: AWS's V0 fork (`aws-neuron/upstreaming-to-vllm` branch 2.26.1, cloned in the image's Dockerfile), "
-    "whose parser is neither on PyPI nor in a public source neuronc could check against"
+    "serve.sh only, no compose file: AWS's V0 fork (`aws-neuron/upstreaming-to-vllm` branch 2.26.1, cloned in "
+    "the image's Dockerfile), whose parser is neither on PyPI nor in a public source neuronc could check against"
 )
 NO_IMAGE = "none published: deploy refuses `sdk: {version}` naming {nearest}'s image{why}"
 

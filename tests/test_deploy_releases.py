@@ -102,21 +102,21 @@ def test_sdk_2_28_1_has_no_image_and_is_refused_naming_2_28_0s(tmp_path: Path) -
     assert render(bundle, "vllm").image == image.reference
 
 
-def test_sdk_2_26_1_runs_the_v0_fork_and_is_refused_with_the_reason(tmp_path: Path) -> None:
+def test_sdk_2_26_1_runs_the_v0_fork_and_gets_serve_sh_with_the_reason(tmp_path: Path) -> None:
+    """No compose file for the V0 fork's image (its flags cannot be checked); serve.sh for a plugin host."""
     toolchain = {"neuronx-cc": "2.21.33363.0+82129205", NXDI: "0.6.10598+a59fdc00"}
-    with pytest.raises(InvalidInputError) as caught:
-        render(_bundle(tmp_path, "nxdi", toolchain=toolchain), "vllm")
-    message = str(caught.value)
-    assert caught.value.exit_code == 2
-    assert "Neuron SDK 2.26.1 has no AWS vLLM container" in message
-    assert "0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04 runs AWS's vLLM V0 fork" in message
-    assert "neither on PyPI nor in any public source" in message
-    # The nearest images are 2.27.0's (no release before 2.26.1 is in the table).
-    assert "sdk2.27.0" in str(caught.value.hint) and "--image" in str(caught.value.hint)
+    rendered = render(_bundle(tmp_path, "nxdi", toolchain=toolchain), "vllm")
+    assert rendered.image is None
+    names = {f.path for f in rendered.files}
+    assert "serve.sh" in names and "docker-compose.yml" not in names
+    note = " ".join(rendered.notes)
+    assert "Neuron SDK 2.26.1: its image" in note
+    assert "0.9.1-neuronx-py311-sdk2.26.1-ubuntu22.04 runs AWS's vLLM V0 fork" in note
+    assert "neither on PyPI nor in any public source" in note and "--image" in note
 
 
 def test_docs_deploy_names_every_vllm_image_of_the_support_matrix() -> None:
-    """docs/deploy.md's per-release table is written by hand: it names every tag the matrix holds."""
+    """docs/deploy.md's per-release table (scripts/gen_support_matrix.py) names every tag the matrix holds."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text(encoding="utf-8")
     kinds = (Serves.NXDI, Serves.VLLM_NEURON, Serves.VLLM_V0)
     missing = [i.tag for r in releases() for k in kinds for i in r.images_serving(k) if f"`{i.tag}`" not in text]

@@ -94,7 +94,8 @@ def nxdi_image(toolchain: Mapping[str, str | None], sdk: str | None, target: str
     """The image that serves an NxD Inference bundle: its release's (newest vLLM first) that ships its
     exact neuronx-cc and NxDI (and torch-neuronx, where the matrix records the image's); None when no
     release ships those versions (a toolchain neuronc does not know); InvalidInputError when the
-    bundle's release has no such image."""
+    bundle's release has no such image. SDK 2.26.x, whose only image runs AWS's V0 fork, gets None too:
+    serve.sh only, with ``no_image_reason`` in the note."""
     found = nxdi_releases(toolchain, sdk)
     for release in reversed(found):
         for image in release.images_serving(Serves.NXDI):
@@ -103,9 +104,19 @@ def nxdi_image(toolchain: Mapping[str, str | None], sdk: str | None, target: str
     if not found:
         return None
     release = found[-1]
+    if release.images_serving(Serves.VLLM_V0) and not release.images_serving(Serves.NXDI):
+        return None  # serve.sh for a host with the plugin; the note says why there is no compose file
     images = [i for r in releases() for i in r.images_serving(Serves.NXDI) if target in i.targets]
     fits = [i for i in images if nxdi_fits(i, toolchain)]
     raise no_image(Serves.NXDI, release, target, fits, v0_fork_reason(release))
+
+
+def no_image_reason(toolchain: Mapping[str, str | None], sdk: str | None) -> str:
+    """Why an NxD Inference bundle gets no compose file: its release's image is the V0 fork (or "")."""
+    found = nxdi_releases(toolchain, sdk)
+    if not found or not v0_fork_reason(found[-1]):
+        return ""
+    return f"Neuron SDK {found[-1].version}{v0_fork_reason(found[-1])}"
 
 
 def release_of(version: str) -> Release:

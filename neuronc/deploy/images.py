@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from packaging.version import InvalidVersion, Version
-
+from neuronc.backends.support import public
 from neuronc.errors import InvalidInputError
 
 HF_DLC_ACCOUNT = "763104351884"
@@ -118,16 +117,6 @@ FAMILY_WORDS = {
     "tgi": "TGI neuron image",
     "vllm-neuron": "AWS Neuron vLLM container (vllm-neuron plugin)",
 }
-
-
-def public(version: str | None) -> str | None:
-    """The public part of a version (no ``+local`` label), or None if it is not a PEP 440 version."""
-    if not version:
-        return None
-    try:
-        return Version(version).public
-    except InvalidVersion:
-        return None
 
 
 def _matches(image: ServingImage, toolchain: Mapping[str, str | None]) -> bool:

@@ -143,9 +143,13 @@ def render_vllm(v: ServingValues, options: DeployOptions) -> Rendered:
             what="vLLM replica(s)",
         )
     else:
+        from neuronc.deploy._releases import no_image_reason
+
+        why = no_image_reason(v.toolchain, v.sdk)
         notes.append(
             f"no docker-compose.yml: no AWS Neuron vLLM container ships {versions_text(v.toolchain, VERSIONS)} "
-            f"(known: {known_text('vllm-neuron', VERSIONS)}); run serve.sh on a host with that SDK, or pass --image"
+            f"(known: {known_text('vllm-neuron', VERSIONS)}){'; ' + why if why else ''}; run serve.sh on a host "
+            "with that SDK and the vllm-neuron plugin, or pass --image"
         )
     files += endpoint_files(
         v,
