@@ -159,10 +159,15 @@ def use_server_and_make_bucket(server: SeaweedFS, monkeypatch: pytest.MonkeyPatc
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
     bucket = f"neuronc-{secrets.token_hex(6)}"
-    deadline = time.monotonic() + 30
-    while True:  # a just-started server may still be allocating volumes
+    # A just-started server may still be allocating volumes (slow on a loaded machine): the bucket is
+    # made once, then the first write is retried (a retried mkdir would only say the bucket exists).
+    deadline = time.monotonic() + 90
+    made = False
+    while True:
         try:
-            fs.mkdir(bucket)
+            if not made:
+                fs.mkdir(bucket)
+                made = True
             fs.pipe_file(f"{bucket}/.probe", b"ok")
             fs.rm_file(f"{bucket}/.probe")
             return bucket
