@@ -169,9 +169,22 @@ _2_33_PACKAGES = {
 _2_33_IMAGE = {"neuronx-cc": "2.28.7631.0", "nki": "0.7.0", "torch": "2.13.0"}
 
 
-def _nxdi_2_31(sdk: str) -> Image:
+def _2_31_images(sdk: str) -> tuple[Image, ...]:
+    """2.31.0 and 2.31.1 ship the same packages: the plugin's first torch.compile image, the last NxDI one."""
     v = _2_31_NXDI
-    return _nxdi_image(sdk, "0.16.0", "0.5.3", v["cc"], v["nxdi"], v["nxd"], nki=v["nki"])
+    return (
+        _plugin_image(sdk, "0.21.0.1.0.0", "0.21.0", "313", "24.04", _2_31_LITE),
+        _nxdi_image(sdk, "0.16.0", "0.5.3", v["cc"], v["nxdi"], v["nxd"], nki=v["nki"]),
+        _pytorch_image(sdk, "2.9.0"),
+    )
+
+
+def _2_31_backends(nxdi_source: str) -> dict[str, BackendSupport]:
+    return {
+        "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, nxdi_source),
+        "torch-neuronx": _torch_neuronx(ALL, Status.MAINTENANCE, "the last XLA torch-neuronx (MAINT-XLA)"),
+        "vllm-neuron": VLLM_NEURON,
+    }
 
 
 RELEASES: tuple[Release, ...] = (
@@ -340,34 +353,18 @@ RELEASES: tuple[Release, ...] = (
         "2.31.0",
         "2026-07-07",
         _2_31_PACKAGES,
-        {
-            "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, "MAINT-NXDI-2.31"),
-            "torch-neuronx": _torch_neuronx(ALL, Status.MAINTENANCE, "the last XLA torch-neuronx (MAINT-XLA)"),
-            "vllm-neuron": VLLM_NEURON,
-        },
+        _2_31_backends("MAINT-NXDI-2.31"),
         ("MAN@2.31.0", "DLC@2.31.0", "DOCS@2.31.0-vllm", "MAINT-NXDI-2.31", "MAINT-XLA"),
-        (
-            _plugin_image("2.31.0", "0.21.0.1.0.0", "0.21.0", "313", "24.04", _2_31_LITE),
-            _nxdi_2_31("2.31.0"),
-            _pytorch_image("2.31.0", "2.9.0"),
-        ),
+        _2_31_images("2.31.0"),
         note="vllm-neuron 0.21.0.1.0.0 (Beta, 2026-07-20) ships in the DLC but not in this tag's manifest",
     ),
     Release(
         "2.31.1",
         "2026-08-12",
         _2_31_PACKAGES,
-        {
-            "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, "EOS-NXDI"),
-            "torch-neuronx": _torch_neuronx(ALL, Status.MAINTENANCE, "the last XLA torch-neuronx (MAINT-XLA)"),
-            "vllm-neuron": VLLM_NEURON,
-        },
+        _2_31_backends("EOS-NXDI"),
         ("MAN@2.31.1", "DLC@2.31.1", "EOS-NXDI", "MAINT-XLA"),
-        (
-            _plugin_image("2.31.1", "0.21.0.1.0.0", "0.21.0", "313", "24.04", _2_31_LITE),
-            _nxdi_2_31("2.31.1"),
-            _pytorch_image("2.31.1", "2.9.0"),
-        ),
+        _2_31_images("2.31.1"),
         note="tools fix only; the last vLLM 0.16 (NxD Inference) and pytorch-inference-neuronx images",
     ),
     Release(
@@ -382,21 +379,7 @@ RELEASES: tuple[Release, ...] = (
         },
         {"vllm-neuron": VLLM_NEURON},
         ("MAN@2.32.0", "DLC@2.32.0", "DOCS@2.32.0-content", "EOS-NXDI"),
-        (
-            _plugin_image(
-                "2.32.0",
-                "0.24.0.1.1.0",
-                "0.24.0",
-                "313",
-                "24.04",
-                {
-                    "neuronx-cc": "2.27.5334.0",
-                    "nki": "0.6.0",
-                    "libtorch-neuronx-lite": "2.11.0.1.0.1284",
-                    "torch": "2.11.0",
-                },
-            ),
-        ),
+        (_plugin_image("2.32.0", "0.24.0.1.1.0", "0.24.0", "313", "24.04", _2_32_IMAGE),),
         note="no NxD Inference and no torch-neuronx: NxDI users stay on 2.31 images",
     ),
     Release(
