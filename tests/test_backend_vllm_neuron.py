@@ -342,7 +342,7 @@ def test_a_host_whose_versions_two_releases_share_compiles_for_either(
 
 
 def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(
-    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import os
     import stat
@@ -351,6 +351,8 @@ def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(
     from neuronc.bundle import BUNDLE_PLACEHOLDER
 
     fake_runtime.add_release_images()
+    # A KV sizing variable set at compile time shapes every NEFF: the server must get it too.
+    monkeypatch.setenv("VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION", "0.25")
     profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
     code, report, err = invoke("compile", str(profile), "--json", "--out", str(tmp_path / "out"))
     assert code == 0, (report, err)
@@ -362,8 +364,10 @@ def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text(
         "#!/bin/sh\n"
-        'touch "$VLLM_CACHE_ROOT/neuron/compile_cache/.lock-test" && echo writable\n'
-        'echo "fail-on-miss=$VLLM_NEURON_DISABLE_WARMUP_COMPILE lnc=$NEURON_LOGICAL_NC_CONFIG"\n'
+        # Modes, not access: root (this suite's CI user) may write anywhere; the plugin's user may not.
+        'test "$(find "$VLLM_CACHE_ROOT" ! -perm -u+w | wc -l)" -eq 0 && echo writable\n'
+        'echo "fail-on-miss=$VLLM_NEURON_DISABLE_WARMUP_COMPILE lnc=$NEURON_LOGICAL_NC_CONFIG'
+        ' kv=$VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION"\n'
         'ls "$VLLM_CACHE_ROOT/neuron/compile_cache" | wc -l\n'
         'echo "$@"\n'
     )
@@ -382,6 +386,6 @@ def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[:2] == ["writable", "fail-on-miss=1 lnc=2"], (done.stdout, done.stderr)
-    assert int(lines[2]) == 8  # the 8 entries (ls leaves out the dot-file the stand-in wrote)
+    assert lines[:2] == ["writable", "fail-on-miss=1 lnc=2 kv=0.25"], (done.stdout, done.stderr)
+    assert int(lines[2]) == 8  # the 8 entries
     assert lines[3].startswith(f"serve {bundle}/artifacts/checkpoint --served-model-name ./model")

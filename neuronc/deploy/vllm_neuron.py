@@ -28,7 +28,8 @@ written by ``neuronc.backends.vllm_neuron.build.run_compile``; the plugin facts 
 from __future__ import annotations
 
 from neuronc.backends.support import Serves
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV, LNC_ENV
+from neuronc.backends.vllm_neuron.engine import serve_env as engine_serve_env
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV
 from neuronc.deploy._compose import CONTAINER_BUNDLE, endpoint_files, placement, replica_files
 from neuronc.deploy._quote import comment_text, sh_command, sh_env_file, sh_word
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
@@ -54,7 +55,7 @@ def record_of(v: ServingValues) -> VllmNeuronRecord:
 
 def serve_env(record: VllmNeuronRecord) -> dict[str, str]:
     """The variables of the served engine, but ``VLLM_CACHE_ROOT`` (a writable copy, made at start)."""
-    return {FAIL_ON_MISS_ENV: "1", LNC_ENV: str(record.logical_nc_config), **record.kv_sizing_env}
+    return engine_serve_env(record.logical_nc_config, record.kv_sizing_env)
 
 
 def serve_args(record: VllmNeuronRecord, bundle: str, port: int) -> list[str]:

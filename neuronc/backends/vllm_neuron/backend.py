@@ -45,7 +45,9 @@ from neuronc.backends.vllm_neuron.engine import (
     VllmNeuronOptions,
     engine_problems,
     plan_graphs,
+    serve_env,
 )
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
@@ -215,18 +217,24 @@ class VllmNeuronBackend(NeuronBackend):
 
 
 def serve_snippet(bundle_dir: str, info: dict[str, Any]) -> str:
-    """Shell lines that serve a vllm-neuron bundle on a Trn host (``neuronc deploy --for vllm`` writes more)."""
+    """Shell lines that serve a vllm-neuron bundle on a Trn host (``neuronc deploy --for vllm`` writes more).
+
+    Every manifest value is shell-quoted: the manifest is data, never code.
+    """
     import shlex
 
     args = [str(a) for a in info.get("engine_args") or []]
+    kv = {str(k): str(v) for k, v in dict(info.get("kv_sizing_env") or {}).items()}
+    env = serve_env(int(info.get("logical_nc_config") or 2), kv)
     cache = shlex.quote(f"{bundle_dir}/{CACHE_DIR}")
+    root = f'"${CACHE_ROOT_ENV}"'
     return "\n".join(
         [
             "# " + bundle_line(bundle_dir),
             # Writable: the plugin writes lock files beside its entries (a bundle may be read-only).
-            "export VLLM_CACHE_ROOT=$(mktemp -d)",
-            f'cp -a {cache}/. "$VLLM_CACHE_ROOT"/ && chmod -R u+w "$VLLM_CACHE_ROOT"',
-            f"export VLLM_NEURON_DISABLE_WARMUP_COMPILE=1 NEURON_LOGICAL_NC_CONFIG={info.get('logical_nc_config', 2)}",
+            f"export {CACHE_ROOT_ENV}=$(mktemp -d)",
+            f"cp -a {cache}/. {root}/ && chmod -R u+w {root}",
+            "export " + shlex.join(f"{k}={v}" for k, v in env.items()),
             f"vllm serve {shlex.quote(bundle_dir + '/' + CHECKPOINT_DIR)} {shlex.join(args)}",
         ]
     )

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, GraphSpec, SpecProblem
-from neuronc.backends.vllm_neuron.facts import BUCKET_KEYS, DECODE_BUCKET_MULTIPLE
+from neuronc.backends.vllm_neuron.facts import BUCKET_KEYS, DECODE_BUCKET_MULTIPLE, FAIL_ON_MISS_ENV, LNC_ENV
 from neuronc.hardware import lnc
 from neuronc.spec import PositiveInt, StrictModel
 
@@ -119,6 +119,12 @@ def engine_kwargs(spec: BuildSpec, checkpoint: str) -> dict[str, Any]:
     return kwargs
 
 
+def serve_env(logical_nc_config: int, kv_sizing_env: Mapping[str, str]) -> dict[str, str]:
+    """The served engine's variables (but ``VLLM_CACHE_ROOT``, a writable copy made at start): a cache
+    miss is fatal, the compiled LNC, and the KV sizing the compile ran with (it shapes every NEFF)."""
+    return {FAIL_ON_MISS_ENV: "1", LNC_ENV: str(logical_nc_config), **kv_sizing_env}
+
+
 def engine_cli(kwargs: Mapping[str, Any]) -> list[str]:
     """The same values as ``vllm serve`` arguments, without the model and tokenizer (the caller places
     the checkpoint): ``--flag value`` per EngineArgs field, JSON for ``--additional-config``."""
@@ -197,4 +203,5 @@ __all__ = [
     "options_of",
     "plan_graphs",
     "powers_of_two_to",
+    "serve_env",
 ]
