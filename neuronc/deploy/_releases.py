@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from neuronc.backends.support import Image, Release, Serves, find_release, matching, public, releases
+from neuronc.backends.support import (
+    Image,
+    Release,
+    Serves,
+    detect_releases,
+    find_release,
+    matching,
+    public,
+    releases,
+)
 from neuronc.errors import InvalidInputError
 
 NXDI = "neuronx-distributed-inference"
-
-
-def agree(release: Release, toolchain: Mapping[str, str | None], packages: Sequence[str]) -> bool:
-    """Every one of ``packages`` is recorded in ``toolchain`` at one of the release's versions."""
-    for name in packages:
-        have = public(toolchain.get(name))
-        if have is None or have not in release.packages.get(name, ()):
-            return False
-    return True
 
 
 def image_agrees(image: Image, toolchain: Mapping[str, str | None], packages: Sequence[str]) -> bool:
@@ -33,7 +33,9 @@ def image_agrees(image: Image, toolchain: Mapping[str, str | None], packages: Se
 def nxdi_releases(toolchain: Mapping[str, str | None], sdk: str | None) -> list[Release]:
     """The releases an NxD Inference bundle can be: those shipping its neuronx-cc and NxDI, narrowed to
     the profile's ``sdk:`` when it names some of them (the toolchain wins where it names none)."""
-    found = [r for r in releases() if agree(r, toolchain, ("neuronx-cc", NXDI))]
+    if public(toolchain.get(NXDI)) is None:
+        return []
+    found = [r for r in detect_releases(toolchain, ("neuronx-cc", NXDI)) if NXDI in r.packages]
     named = [r for r in found if sdk is not None and r in matching(sdk)]
     return named or found
 
@@ -143,4 +145,4 @@ def plugin_image(release: Release, target: str, toolchain: Mapping[str, str | No
     raise no_image(Serves.VLLM_NEURON, release, target, fits)
 
 
-__all__ = ["agree", "image_agrees", "no_image", "nxdi_image", "nxdi_releases", "plugin_image", "release_of"]
+__all__ = ["image_agrees", "no_image", "nxdi_image", "nxdi_releases", "plugin_image", "release_of"]
