@@ -10,7 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "neuronc"
 MAX_LINES = 500
-BACKEND_NAMES = {"inductor", "nxdi", "optimum-neuron", "transformers-neuronx", "torch-neuronx"}
+BACKEND_NAMES = {"inductor", "nxdi", "optimum-neuron", "transformers-neuronx", "torch-neuronx", "vllm-neuron"}
 # Layers that must not know any backend by name. deploy/ (its emitters read one backend's artifacts
 # each), hubcache/ (optimum-neuron's own cache format) and the CLI's help texts may.
 CORE = ("pipeline", "profile", "preflight", "store", "model", "bundle", "checkpoint", "keys.py", "ci.py", "spec.py")
