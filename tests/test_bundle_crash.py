@@ -56,13 +56,16 @@ def test_sigkill_at_any_instant_leaves_no_or_a_complete_bundle(tmp_path: Path) -
         durations.append(time.perf_counter() - start)
         store.remove(read_manifest(store.list()[0].path).config_hash)
     duration = sorted(durations[1:])[1]
-    published = 0
-    for _ in range(KILLS):
+    # Kill until KILLS // 2 builds were interrupted mid-write (at most 3 * KILLS kills): on a loaded
+    # machine the calibrated duration is only a guess, and a kill after the publish tests nothing.
+    interrupted = kills = 0
+    while interrupted < KILLS // 2 and kills < 3 * KILLS:
         pid = _fork_build(store)
         time.sleep(rng.uniform(0, duration * 1.05))
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
-        published += os.WIFEXITED(status)
+        kills += 1
+        interrupted += not os.WIFEXITED(status)
         assert _assert_only_complete_bundles(store) <= 1, f"seed {seed}"
     report = store.gc()
     assert not [p for p in store.staging_dir.iterdir()], f"gc left staging entries (seed {seed})"
@@ -72,5 +75,5 @@ def test_sigkill_at_any_instant_leaves_no_or_a_complete_bundle(tmp_path: Path) -
     [entry] = store.list()
     assert verify_bundle(entry.path).ok
     assert store.lookup(entry.manifest.config_hash, entry.manifest.toolchain_key) == entry.path
-    # Most kills must land mid-write for the test to mean anything.
-    assert published < KILLS // 2, f"only {KILLS - published} kills interrupted a build (seed {seed})"
+    # Enough kills must land mid-write for the test to mean anything.
+    assert interrupted >= KILLS // 2, f"only {interrupted} of {kills} kills interrupted a build (seed {seed})"
