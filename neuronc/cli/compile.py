@@ -12,11 +12,13 @@ from neuronc.cli._executor import (
     ExecutorName,
     ExecutorOpt,
     RayAddressOpt,
+    RayConnectTimeoutOpt,
     RayResourcesOpt,
     RayRetriesOpt,
     RayRuntimeEnvOpt,
     RaySharedStoreOpt,
     ray_settings,
+    refuse_ray_options_without_ray,
 )
 from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
@@ -88,12 +90,24 @@ def compile_command(
     ray_resources: RayResourcesOpt = None,
     ray_runtime_env: RayRuntimeEnvOpt = None,
     ray_shared_store: RaySharedStoreOpt = False,
-    ray_retries: RayRetriesOpt = 2,
+    ray_retries: RayRetriesOpt = None,
+    ray_connect_timeout: RayConnectTimeoutOpt = None,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
 
     out.configure(json_mode=json_out, wide=wide)
+    refuse_ray_options_without_ray(
+        executor,
+        {
+            "--ray-address": ray_address,
+            "--ray-resources": ray_resources,
+            "--ray-runtime-env": ray_runtime_env,
+            "--ray-shared-store": ray_shared_store,
+            "--ray-retries": ray_retries,
+            "--ray-connect-timeout": ray_connect_timeout,
+        },
+    )
     runner: Any = None
     if executor == ExecutorName.RAY:
         from neuronc.pipeline.farm import RayExecutor
@@ -105,6 +119,7 @@ def compile_command(
             shared_store=ray_shared_store,
             retries=ray_retries,
             jobs=jobs,
+            connect_timeout=ray_connect_timeout,
         )
         runner = RayExecutor(settings)
     reports: list[Any] = []

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
-from neuronc.cli._executor import ExecutorName, ExecutorOpt, RayAddressOpt, RayResourcesOpt, RayRuntimeEnvOpt
+from neuronc.cli._executor import (
+    ExecutorName,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayConnectTimeoutOpt,
+    RayResourcesOpt,
+    RayRuntimeEnvOpt,
+    refuse_ray_options_without_ray,
+)
 from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
@@ -46,6 +54,7 @@ def plan_command(
     ray_address: RayAddressOpt = None,
     ray_resources: RayResourcesOpt = None,
     ray_runtime_env: RayRuntimeEnvOpt = None,
+    ray_connect_timeout: RayConnectTimeoutOpt = None,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
     from neuronc.ci import plan_builds
@@ -53,15 +62,19 @@ def plan_command(
     from neuronc.profile import expand_profile_paths, load_builds
 
     out.configure(json_mode=json_out, wide=wide)
+    refuse_ray_options_without_ray(
+        executor,
+        {
+            "--ray-address": ray_address,
+            "--ray-resources": ray_resources,
+            "--ray-runtime-env": ray_runtime_env,
+            "--ray-connect-timeout": ray_connect_timeout,
+        },
+    )
     if snapshot is not None and online:
         raise cli.BadParameter("give --snapshot or --online, not both")
-    specs = load_builds(expand_profile_paths(profiles))
-    plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
-    failing = [p for p in plans if p.estimate.fits is False]
-    rows = [p.to_json() for p in plans]
-    nodes: list[Any] = []
-    placed: list[Any] = []
-    if executor == ExecutorName.RAY:
+    settings = None
+    if executor == ExecutorName.RAY:  # the Ray options are checked before anything is planned
         from neuronc.cli._executor import ray_settings
 
         settings = ray_settings(
@@ -71,7 +84,15 @@ def plan_command(
             shared_store=False,
             retries=0,
             jobs=None if jobs == 1 else jobs,
+            connect_timeout=ray_connect_timeout,
         )
+    specs = load_builds(expand_profile_paths(profiles))
+    plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
+    failing = [p for p in plans if p.estimate.fits is False]
+    rows = [p.to_json() for p in plans]
+    nodes: list[Any] = []
+    placed: list[Any] = []
+    if settings is not None:
         nodes, placed = _ray_placement(plans, settings, rows)
     unplaced = [need for need, nodes in placed if not nodes]
     exit_code = EXIT_INVALID_INPUT if failing else (EXIT_ENVIRONMENT if unplaced else 0)
