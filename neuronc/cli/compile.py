@@ -124,6 +124,7 @@ def compile_command(
         runner = RayExecutor(settings)
     reports: list[Any] = []
     signatures: list[dict[str, Any]] = []
+    unsigned: list[str] = []
 
     def on_report(report: Any) -> None:
         reports.append(report)
@@ -133,6 +134,12 @@ def compile_command(
         from neuronc.cli._signing import sign_built, signer_from_environment
 
         signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
+        if out_dir is not None:
+            from neuronc.bundle.signing import signature_required
+            from neuronc.pipeline.out import required_trust
+
+            if signature_required(False):  # a store hit's --out copy is checked: nothing to trust is exit 2 now
+                required_trust()
         with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
             # The builds of a matrix end in any order (they run side by side): the report lists them
             # in the profiles' order.
@@ -149,7 +156,7 @@ def compile_command(
                 executor=runner,
             )
         if signer is not None:
-            signatures = sign_built(reports, signer, store)
+            signatures, unsigned = sign_built(reports, signer, store)
     except KeyboardInterrupt:
         data = run_report(reports, interrupted=True)
         _write_report(report_path, data)
@@ -168,12 +175,21 @@ def compile_command(
             raise cli.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
+    refusal = None
     if sign:
+        from neuronc.cli._signing import unsigned_hits_error
+
         data["signatures"] = signatures
+        if unsigned:
+            refusal = unsigned_hits_error(unsigned)
+            data["unsigned"] = unsigned
+            data["exit_code"] = data["exit_code"] or refusal.exit_code
     _write_report(report_path, data)
     out.result(data, lambda: _render(reports))
     for report in reports:
         _print_failure(report)
+    if refusal is not None:
+        out.explain(refusal)
     if data["exit_code"]:
         raise cli.Exit(data["exit_code"])
 

@@ -207,7 +207,7 @@ def build_one(
             outcome = _build(ctx, resolved_store, options, clock, nearest)
         else:
             outcome = Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)))
-        out = _place_out(spec, ctx, outcome.bundle, options, clock)
+        out = _place_out(spec, ctx, outcome.bundle, options, clock, built=outcome.status == BuildStatus.BUILT)
     except NeuroncError as exc:
         error = exc
     return BuildReport.assemble(
@@ -272,13 +272,14 @@ def _build(
 
 
 def _place_out(
-    spec: BuildSpec, ctx: BuildContext, bundle: Path, options: BuildOptions, clock: StageClock
+    spec: BuildSpec, ctx: BuildContext, bundle: Path, options: BuildOptions, clock: StageClock, *, built: bool
 ) -> Path | None:
+    """``--out``: a copy of the bundle. A hit comes out of the store: a required signature is checked first."""
     if options.out_dir is None:
         return None
     from neuronc.pipeline.out import bundle_dirname, place_bundle
 
     dest = options.out_dir / bundle_dirname(spec, ctx.config.hash) if options.out_subdir else options.out_dir
     with clock.stage("out", f"copy bundle to {dest}", quiet=True):
-        place_bundle(bundle, dest)
+        place_bundle(bundle, dest, signature_checked=built)
     return dest
