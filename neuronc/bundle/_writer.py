@@ -35,7 +35,7 @@ from neuronc.bundle.fs import (
 )
 from neuronc.bundle.publish import Published, PublishHook, PublishStatus
 from neuronc.bundle.record import BuildRecord, manifest_data
-from neuronc.errors import InvalidInputError
+from neuronc.errors import CompileError, InvalidInputError
 from neuronc.fsutil import disk_full_as_error
 
 SCRATCH = ".scratch"
@@ -262,8 +262,12 @@ class BundleWriter:
                 rel = full.relative_to(self.path).as_posix()
                 st = full.lstat()
                 if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                    msg = f"{rel}: bundles hold regular files only (found a symlink or special file)"
-                    raise ValueError(msg)
+                    # Left by the backend (the writer itself writes regular files only): the compile
+                    # failed (exit 3), and nothing is published (finish aborts the staging directory).
+                    kind = _entry_kind(st.st_mode)
+                    msg = f"{rel}: the backend left {kind} in the bundle; bundles hold regular files only"
+                    hint = f"found in the staging directory {self.path}; a backend must write regular files"
+                    raise CompileError(msg, hint=hint)
                 if stat.S_ISREG(st.st_mode) and rel not in self._files and rel != MANIFEST_NAME:
                     self.adopt(rel)
         for rel, entry in list(self._files.items()):
@@ -404,6 +408,20 @@ class BundleWriter:
         if not getattr(self, "_closed", True):
             with contextlib.suppress(Exception):
                 self.abort()
+
+
+def _entry_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    for test, word in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return word
+    return "a special file"
 
 
 def copy_bundle(
