@@ -57,7 +57,11 @@ def resolve_cache_repo(explicit: str | None = None, environ: Mapping[str, str] |
 def check_repo_id(repo_id: str, origin: str) -> str:
     """``repo_id`` when it is a Hugging Face repository id (huggingface_hub's own rule); else exit 2
     naming the value and where it came from (it also names a directory of the local cache)."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from huggingface_hub.errors import HFValidationError
+
+    # Documented public utility (huggingface_hub docs, "Utilities": utils.validate_repo_id); the
+    # package re-exports it without `as`, which mypy's strict mode does not count as an export.
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
 
     from neuronc.errors import InvalidInputError, safe_text
 
