@@ -1,9 +1,10 @@
 """The support matrix: one row per Neuron SDK release from 2.26.1, each citing where it was read.
 
 Package versions are public versions (local ``+hash`` labels dropped). ``SOURCES``
-(``support_sources.py``) names every source once; rows and images cite them by key. Where sources
-disagree the newest one wins, and the row's ``note`` says so. ``support.py`` holds the types and the queries; docs/backends.md and
-docs/deploy.md carry the tables ``scripts/gen_support_matrix.py`` writes from this module.
+(``support_sources.py``) names every source once; rows and images cite them by key. Where
+sources disagree the newest one wins, and the row's ``note`` says so. ``support.py`` holds the
+types and the queries; docs/backends.md and docs/deploy.md carry the tables
+``scripts/gen_support_matrix.py`` writes from this module.
 """
 
 from __future__ import annotations
