@@ -20,7 +20,7 @@ from neuronc.cli._executor import (
     ray_settings,
     refuse_ray_options_without_ray,
 )
-from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
+from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -48,6 +48,15 @@ OnlyOpt = Annotated[
     list[str] | None,
     cli.Option("--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."),
 ]
+RevisionOpt = Annotated[
+    str | None,
+    cli.Option(
+        "--revision",
+        metavar="COMMIT",
+        help="Key and build every Hub model at this commit (a matrix entry's `revision`) instead of resolving "
+        "its revision again: with --only, the entry's key is built even after `main` moved. Empty: not given.",
+    ),
+]
 ReportOpt = Annotated[
     Path | None,
     cli.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
@@ -68,18 +77,20 @@ RequireHitOpt = Annotated[
 _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
-    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
+    "neuronc compile profiles/ (every profile of a directory) · "
+    "neuronc compile p.yaml --only 3f9c2a1b7e04 --revision COMMIT (a key and revision from `neuronc matrix`) · "
     "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
 )
 
 
 @command(name="compile", epilog=_EPILOG)
 def compile_command(
-    profiles: ProfilesArg,
+    profiles: ProfilesOrDirsArg,
     store: StoreOpt = None,
     out_dir: OutDirOpt = None,
     jobs: JobsOpt = None,
     only: OnlyOpt = None,
+    revision: RevisionOpt = None,
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
     sign: SignOpt = False,
@@ -149,6 +160,7 @@ def compile_command(
                 out_dir=out_dir,
                 jobs=jobs,
                 only=only,
+                revision=revision,
                 require_hit=require_hit,
                 progress=sink,
                 on_report=on_report,

@@ -17,12 +17,9 @@ from neuronc.cli._executor import (
     RayRuntimeEnvOpt,
     refuse_ray_options_without_ray,
 )
-from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
+from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
-ProfilesOrDirsArg = Annotated[
-    list[Path], cli.Argument(help="Profile YAML files, or directories of them.", show_default=False)
-]
 SnapshotOpt = Annotated[
     Path | None,
     cli.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
@@ -112,13 +109,13 @@ def plan_command(
     if out.json_mode:
         raise cli.Exit(EXIT_INVALID_INPUT)
     from neuronc.fsutil import plural
-    from neuronc.preflight import load_model_config, smallest_fitting_tp
+    from neuronc.preflight import smallest_fitting_tp
 
     details = []
     fixes = []
     for p in failing:
         details.append(f"{p.label}: {p.estimate.summary()}")
-        config = load_model_config(p.spec)
+        config = p.context.model_config if p.context is not None else None
         better = smallest_fitting_tp(p.spec, config, p.backend) if config is not None else None
         if better is not None:
             fixes.append(f"raise tp_degree to {better} for {p.label} (the smallest supported degree that fits)")
@@ -129,10 +126,10 @@ def plan_command(
 
 def _ray_placement(plans: list[Any], settings: Any, rows: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
     """Each build's need on the Ray cluster and the nodes it fits, added to its JSON row as ``ray``."""
-    from neuronc.pipeline import resolve_build
     from neuronc.pipeline.farm import placement
 
-    nodes, placed = placement([resolve_build(p.spec, strict=False) for p in plans], settings)
+    # The builds as plan_builds resolved them: resolved once, not again for the cluster.
+    nodes, placed = placement([p.context for p in plans], settings)
     for row, (need, fits) in zip(rows, placed, strict=True):
         row["ray"] = {"need": need.to_json(), "fits": bool(fits), "nodes": [n.name for n in fits]}
     return nodes, placed

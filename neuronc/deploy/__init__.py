@@ -109,6 +109,10 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
     options = options or DeployOptions()
     check_options(options)
     manifest = read_manifest(bundle_dir)
+    if chosen is Stack.sagemaker:
+        from neuronc.deploy.sagemaker import vllm_dlc_refusal
+
+        vllm_dlc_refusal(manifest.backend, manifest.toolchain, manifest.extra)
     check_compatible(chosen, manifest.backend, manifest.target)
     values = serving_values(manifest, Path(bundle_dir), options.bundle_path)
     if chosen is Stack.vllm and values.backend == "nxdi":
