@@ -27,6 +27,7 @@ from neuronc.bundle.fs import (
     STAGING_PREFIX,
     TRASH_PREFIX,
     OwnerLock,
+    entry_kind,
     fsync_path,
     fsync_tree_dirs,
     hash_fd,
@@ -264,7 +265,7 @@ class BundleWriter:
                 if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
                     # Left by the backend (the writer itself writes regular files only): the compile
                     # failed (exit 3), and nothing is published (finish aborts the staging directory).
-                    kind = _entry_kind(st.st_mode)
+                    kind = entry_kind(st.st_mode)
                     msg = f"{rel}: the backend left {kind} in the bundle; bundles hold regular files only"
                     hint = f"found in the staging directory {self.path}; a backend must write regular files"
                     raise CompileError(msg, hint=hint)
@@ -408,20 +409,6 @@ class BundleWriter:
         if not getattr(self, "_closed", True):
             with contextlib.suppress(Exception):
                 self.abort()
-
-
-def _entry_kind(mode: int) -> str:
-    """What a non-regular file is, in words."""
-    for test, word in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return word
-    return "a special file"
 
 
 def copy_bundle(
