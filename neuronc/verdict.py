@@ -133,6 +133,23 @@ def _flag(args: Sequence[str], flag: str) -> str | None:
     return found
 
 
+# Engine arguments that are parts of their own (tp, kv_blocks): left out of the ``engine_args`` part.
+OWN_FLAGS = ("--tensor-parallel-size", "--num-gpu-blocks-override")
+
+
+def _without(args: Sequence[str], flags: Sequence[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif arg.split("=", 1)[0] not in flags:
+            kept.append(arg)
+    return kept
+
+
 def _env_text(env: Mapping[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "none"
 
@@ -159,8 +176,8 @@ def vllm_neuron_parts(values: Any, info: Mapping[str, Any], side: ServingSide) -
     parts.append(Part("route", _text(record.route), served["VLLM_NEURON_BACKEND"]))
     parts.append(Part("kv_blocks", _text(record.num_gpu_blocks), _flag(args, "--num-gpu-blocks-override") or "sized"))
     kwargs = info.get("engine_kwargs")
-    compiled = engine_cli(kwargs) if isinstance(kwargs, Mapping) else None
-    parts.append(Part("engine_args", _text(compiled), _text(args)))
+    compiled = _without(engine_cli(kwargs), OWN_FLAGS) if isinstance(kwargs, Mapping) else None
+    parts.append(Part("engine_args", _text(compiled), _text(_without(args, OWN_FLAGS))))
     # The environment the server sees: the serving side's own, then the serve lines' (which win), less
     # what the serve lines set by design (route, LNC, the switches: parts of their own above).
     own = {"VLLM_NEURON_BACKEND", "NEURON_LOGICAL_NC_CONFIG", FAIL_ON_MISS_ENV, *PLACEMENT_ENV}
