@@ -227,7 +227,7 @@ def bundle_verdict(bundle: Path, side: ServingSide) -> Verdict:
 
 def image_verdict(bundle: Path, reference: str) -> Verdict:
     """The verdict against an image: its versions from the support matrix, else from the image itself."""
-    from neuronc.image_probe import image_side
+    from neuronc.verdict.image import image_side
 
     return bundle_verdict(bundle, image_side(reference, bundle))
 
@@ -238,7 +238,7 @@ def host_verdict(bundle: Path) -> Verdict:
 
     from neuronc.backends import get_backend
     from neuronc.bundle import read_manifest
-    from neuronc.image_probe import neuron_env
+    from neuronc.verdict.image import neuron_env
 
     backend = read_manifest(bundle).backend
     try:

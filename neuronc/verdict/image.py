@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -82,7 +83,9 @@ def _known(reference: str) -> ServingSide | None:
                 source = f"the support matrix (Neuron SDK {release.version}'s image)"
                 return ServingSide(reference, source, dict(image.packages), image.targets)
     for row in IMAGES:
-        if row.image == reference:
+        # SageMaker images name their region: {region} stands for any.
+        pattern = re.escape(row.image).replace(re.escape("{region}"), "[a-z0-9-]+")
+        if re.fullmatch(pattern, reference):
             versions = {
                 "neuronx-cc": row.neuronx_cc,
                 "optimum-neuron": row.optimum_neuron,
