@@ -223,6 +223,20 @@ def test_a_host_compile_with_other_versions_than_the_releases_image_is_refused(t
     assert "neuronx-cc 2.27.9999.0" in str(caught.value) and "--image" in str(caught.value.hint)
 
 
+def test_a_host_compile_with_another_lite_build_than_the_images_is_refused(tmp_path: Path) -> None:
+    # 2.32.0's SDK ships lite 2.11 and 2.12 builds; its image pins the 2.11 one (compilation_cache.md:
+    # the lite version is part of every key).
+    release = find_release("2.32.0")
+    image = _image(release) if release is not None else None
+    assert release is not None and image is not None
+    other = next(v for v in release.packages["libtorch-neuronx-lite"] if v != image.packages["libtorch-neuronx-lite"])
+    toolchain = {**image.packages, "libtorch-neuronx-lite": other}
+    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False, toolchain=toolchain)
+    with pytest.raises(InvalidInputError, match="every compiled graph would miss the plugin's cache") as caught:
+        render(bundle, "vllm")
+    assert f"libtorch-neuronx-lite {other}" in str(caught.value)
+
+
 def test_trn3_runs_at_lnc_2_on_the_devices_its_tp_needs(tmp_path: Path) -> None:
     release = find_release("2.33.0")
     assert release is not None

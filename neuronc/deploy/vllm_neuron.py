@@ -46,9 +46,12 @@ from neuronc.errors import InvalidInputError
 # Writable in the DLC image (its processes run as root); one copy per replica container.
 CONTAINER_CACHE = "/var/cache/neuronc/vllm"
 VERSIONS = ("neuronx-cc", "nki", "libtorch-neuronx-lite", "vllm-neuron", "vllm")
-# The versions that key the plugin's cache entries (neuronx-cc, NKI) and name its variables (the
-# plugin): an image with other versions would miss every entry.
-KEYED = ("neuronx-cc", "nki", "vllm-neuron")
+# The versions that key the plugin's cache entries (neuronx-cc, NKI, libtorch-neuronx-lite: "torch_neuronx"
+# in compilation_cache.md's key) and name its variables (the plugin): an image with other versions would
+# miss every entry. Each DLC pins one lite build while the SDK ships several: compared where the
+# matrix records the image's.
+KEYED = ("neuronx-cc", "nki", "libtorch-neuronx-lite", "vllm-neuron")
+LITE = "libtorch-neuronx-lite"
 
 
 def record_of(v: ServingValues) -> VllmNeuronRecord:
@@ -89,10 +92,11 @@ def choose_image(v: ServingValues, record: VllmNeuronRecord, options: DeployOpti
     if record.pinned is not None:
         return record.pinned, f"the Neuron SDK {release.version} image the compile ran in, by digest"
     image = plugin_image(release, v.target, v.toolchain)
-    if not image_agrees(image, v.toolchain, KEYED):
+    keyed = tuple(p for p in KEYED if p != LITE or p in image.packages)
+    if not image_agrees(image, v.toolchain, keyed):
         msg = (
-            f"the bundle was compiled with {versions_text(v.toolchain, KEYED)}; Neuron SDK {release.version}'s "
-            f"image {image.reference} ships {', '.join(f'{p} {image.packages.get(p)}' for p in KEYED)}: every "
+            f"the bundle was compiled with {versions_text(v.toolchain, keyed)}; Neuron SDK {release.version}'s "
+            f"image {image.reference} ships {', '.join(f'{p} {image.packages.get(p)}' for p in keyed)}: every "
             "compiled graph would miss the plugin's cache"
         )
         raise InvalidInputError(msg, hint="pass --image with an image of exactly the bundle's versions")
