@@ -2,8 +2,10 @@
 
 The config hash covers exactly the inputs that change the compiled output (model identity, task,
 backend, target, tp, batch, dtype, buckets, weights mode, backend options, effective compiler flags
-including ``NEURON_CC_FLAGS``). Names, descriptions, file paths, output directories and job counts
-are not hashed. The toolchain key covers the versions a compiled artifact is tied to.
+including ``NEURON_CC_FLAGS``, and the environment variables the backend's compile reads that shape
+its output, ``Backend.keyed_environment``): everything recorded because it shapes the output is
+hashed. Names, descriptions, file paths, output directories and job counts are not hashed. The
+toolchain key covers the versions a compiled artifact is tied to.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ HASHED_FIELDS = (
     "weights",
     "options",
     "compiler_flags",
+    "environment",
 )
 
 
@@ -156,9 +159,13 @@ def hashed_inputs(
     identity: Mapping[str, Any],
     flags_mode: CompilerFlagsMode,
     environ: Mapping[str, str] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The hashed inputs; ``environment``: the backend's ``keyed_environment`` (variables that shape the
+    output). It is an input only when not empty, so a build whose compile reads no such variable keeps
+    the key it had before the field existed (the stored bundles stay hits)."""
     seq = spec.sequence
-    return {
+    inputs: dict[str, Any] = {
         "model.identity": dict(identity),
         "model.task": spec.model.task,
         "backend": spec.backend,
@@ -174,6 +181,9 @@ def hashed_inputs(
         "options": spec.options,
         "compiler_flags": effective_compiler_flags(spec, flags_mode, environ),
     }
+    if environment:
+        inputs["environment"] = dict(sorted(environment.items()))
+    return inputs
 
 
 def config_key(
@@ -183,16 +193,19 @@ def config_key(
     model_dir: Path | None,
     revision: str | None,
     environ: Mapping[str, str] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> ConfigKey:
     """A build's config hash (full 64 hex digits) and the hashed inputs.
 
     ``model_dir`` is the model's local directory (None: a hub model, identified by ``revision``,
     the commit its revision resolved to); ``flags_mode`` is how the build's backend applies
-    compiler flags. ``neuronc.pipeline.resolve_build`` works all three out, once per build.
+    compiler flags; ``environment`` the variables the backend's compile reads that shape its output
+    (``Backend.keyed_environment``). ``neuronc.pipeline.resolve_build`` works them out, once per build.
     """
     identity = model_identity(spec, model_dir=model_dir, resolved_revision=revision)
-    inputs = hashed_inputs(spec, identity, flags_mode, environ)
-    return ConfigKey(hash=sha256_text(canonical_json(inputs)), inputs=inputs)
+    inputs = hashed_inputs(spec, identity, flags_mode, environ, environment)
+    fields = tuple(name for name in HASHED_FIELDS if name in inputs)
+    return ConfigKey(hash=sha256_text(canonical_json(inputs)), inputs=inputs, fields=fields)
 
 
 def spec_model_dir(spec: BuildSpec) -> Path | None:

@@ -22,6 +22,7 @@ from neuronc._output import out
 from neuronc.backends import get_backend
 from neuronc.backends.support import find_release
 from neuronc.backends.vllm_neuron.engine import engine_cli, engine_kwargs, plan_graphs
+from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV
 from neuronc.bundle import read_manifest, verify_bundle
 from neuronc.cli import app
 from neuronc.errors import ProfileError
@@ -177,6 +178,8 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     assert run["env"]["VLLM_NEURON_BACKEND"] == info["route"] == "vllm_neuron"
     assert run["env"]["NEURON_CC_FLAGS"] == "--model-type=transformer"
     assert info["compile_env"] == {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    # Recorded because it shapes the graphs, so hashed (docs/keys.md); the placement variable is neither.
+    assert manifest.hashed_inputs["environment"] == info["compile_env"]
     blocks = info["num_gpu_blocks"]
     assert isinstance(blocks, int) and blocks > 0
     assert info["engine_kwargs"]["num_gpu_blocks_override"] == blocks
@@ -185,6 +188,13 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     # A second compile is a store hit: nothing runs.
     code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
     assert code == 0 and report["builds"][0]["status"] == "hit" and len(fake_runtime.runs()) == 1
+    # Under another KV sizing value the graphs differ: another key, a miss that compiles (issue 34 item 5).
+    monkeypatch.setenv(KV_SIZING_ENV[0], "0.5")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0 and report["builds"][0]["status"] != "hit" and len(fake_runtime.runs()) == 2, (report, err)
+    assert report["builds"][0]["config_hash"] != manifest.config_hash
+    other = read_manifest(Path(report["builds"][0]["bundle"]))
+    assert other.hashed_inputs["environment"] == {**info["compile_env"], KV_SIZING_ENV[0]: "0.5"}
 
 
 def test_the_0_21_plugin_gets_its_own_variable_names(

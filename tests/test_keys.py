@@ -132,9 +132,61 @@ def test_each_matrix_build_has_its_own_hash() -> None:
 
 def test_hashed_fields_are_recorded() -> None:
     key = _key(parse_profile(BASE, "a.yaml").builds[0])
-    assert key.fields == HASHED_FIELDS
-    assert set(key.inputs) == set(HASHED_FIELDS)
+    # "environment" is hashed only where the backend names variables that shape its output (none here).
+    assert key.fields == tuple(f for f in HASHED_FIELDS if f != "environment")
+    assert set(key.inputs) == set(key.fields)
     assert "name" not in key.inputs and "description" not in key.inputs
+
+
+VLLM_NEURON = """\
+model:
+  id: org/model
+backend: vllm-neuron
+target: trn2
+sdk: '2.32'
+tp_degree: 2
+batch_size: 4
+amp: bf16
+sequence:
+  max_length: 2048
+  context_buckets: [512, 1024]
+  token_buckets: [2048]
+"""
+KV = "VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION"  # facts.KV_SIZING_ENV[0]
+
+
+def _resolved(text: str, environ: dict[str, str]) -> ConfigKey:
+    """The key as every command works it out (``resolve_build``), under ``environ`` instead of os.environ."""
+    from neuronc.pipeline.context import resolve_build
+
+    spec = parse_profile(text, "v.yaml").builds[0]
+    return resolve_build(spec, strict=False, environ=environ, commit="c" * 40).config
+
+
+def test_the_variables_a_compile_records_because_they_shape_the_graphs_are_hashed() -> None:
+    """Issue 34 item 5: the KV sizing variables (and every other VLLM_NEURON_*/NEURON_* variable the
+    vllm-neuron compile records and replays) change the key, so a compile under another value is a miss;
+    variables that shape nothing (placement, worker count, anything else) leave it alone."""
+    plain = {"HOME": "/home/a", "PATH": "/usr/bin"}
+    base = _resolved(VLLM_NEURON, plain)
+    assert "environment" not in base.inputs and "environment" not in base.fields  # unset: the key as before
+    quarter = _resolved(VLLM_NEURON, {**plain, KV: "0.25"})
+    half = _resolved(VLLM_NEURON, {**plain, KV: "0.5"})
+    assert len({base.hash, quarter.hash, half.hash}) == 3
+    assert quarter.inputs["environment"] == {KV: "0.25"} and "environment" in quarter.fields
+    assert diff_inputs(quarter.inputs, half.inputs) == [{"field": "environment", "a": {KV: "0.25"}, "b": {KV: "0.5"}}]
+    for shaping in ({"VLLM_NEURON_MIN_KV_BUDGET_GIB": "4"}, {"NEURON_CC_FLAGS": "-O1"}, {"VLLM_NEURON_BACKEND": "x"}):
+        assert _resolved(VLLM_NEURON, {**plain, **shaping}).hash != base.hash, shaping
+    unrelated = {
+        "HOME": "/home/b",
+        "LANG": "C.UTF-8",
+        "NEURON_RT_VISIBLE_CORES": "0-3",  # the serving host's placement, never recorded
+        "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS": "8",  # the 0.24 plugin's worker count (SDK 2.32)
+        "NEURON_PLATFORM_TARGET_OVERRIDE": "trn3",  # neuronc sets it from the profile's target
+    }
+    assert _resolved(VLLM_NEURON, {**plain, **unrelated}).hash == base.hash
+    # Through the backend, not by name in the core: a backend that reads no such variable ignores it.
+    assert _resolved(BASE, {KV: "0.25"}).hash == _resolved(BASE, {}).hash
 
 
 def test_diff_names_the_fields() -> None:

@@ -189,6 +189,10 @@ class Backend(Protocol):
 
     def build_versions(self, spec: BuildSpec, availability: Availability) -> dict[str, str | None]: ...
 
+    def keyed_environment(
+        self, spec: BuildSpec, versions: Mapping[str, str | None], environ: Mapping[str, str]
+    ) -> dict[str, str]: ...
+
     def plan(self, spec: BuildSpec) -> CompilePlan: ...
 
     def compile(self, job: CompileJob) -> CompileResult: ...
@@ -344,6 +348,16 @@ class BackendBase:
     def build_versions(self, spec: BuildSpec, availability: Availability) -> dict[str, str | None]:
         """The toolchain one build compiles with (its toolchain key): by default what is installed here."""
         return dict(availability.versions or self.toolchain_versions())
+
+    def keyed_environment(
+        self, spec: BuildSpec, versions: Mapping[str, str | None], environ: Mapping[str, str]
+    ) -> dict[str, str]:
+        """The variables of ``environ`` this build's compile reads that shape its output, besides
+        ``NEURON_CC_FLAGS`` (hashed as ``compiler_flags`` where ``compiler_flags_mode`` reads it): they
+        enter the config hash as ``environment`` (neuronc.keys). Whatever a backend records in the
+        manifest because it shapes the output must be here. ``versions``: the build's toolchain
+        (``build_versions``). None by default."""
+        return {}
 
     def toolchain_versions(self) -> dict[str, str | None]:
         from neuronc import __version__

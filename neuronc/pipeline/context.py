@@ -8,6 +8,7 @@ Every later stage reads the context; none of them looks the backend up or resolv
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -101,8 +102,9 @@ def resolve_build(
     ``strict`` (compile): the backend must be available (exit 5) and a hub model's revision must
     resolve (exit 2). Not strict (plan, matrix, validate): an unavailable backend's toolchain is the
     versions installed here, and a revision that cannot be resolved leaves the key ``unresolved``
-    rather than guessing one. ``environ`` stands for ``os.environ`` where compiler flags are read
-    from it (``NEURON_CC_FLAGS``). Imports neither torch nor transformers: a store hit is decided from this.
+    rather than guessing one. ``environ`` stands for ``os.environ`` where compiler flags
+    (``NEURON_CC_FLAGS``) and the backend's keyed variables (``Backend.keyed_environment``) are
+    read. Imports neither torch nor transformers: a store hit is decided from this.
     """
     from neuronc.keys import config_key, spec_model_dir, toolchain_key, toolchain_label
     from neuronc.model.source import resolve_revision
@@ -131,8 +133,14 @@ def resolve_build(
                 raise
             unresolved = exc
     if unresolved is None:
+        environment = backend.keyed_environment(spec, versions, os.environ if environ is None else environ)
         key = config_key(
-            spec, flags_mode=backend.compiler_flags_mode, model_dir=model_dir, revision=revision, environ=environ
+            spec,
+            flags_mode=backend.compiler_flags_mode,
+            model_dir=model_dir,
+            revision=revision,
+            environ=environ,
+            environment=environment,
         )
     return BuildContext(
         spec=spec,

@@ -54,7 +54,14 @@ def moved_refs(contexts: Sequence[BuildContext], keys: Sequence[str]) -> list[Mo
         for commit in commits:
             if commit == ctx.revision:
                 continue
-            key = config_key(spec, flags_mode=ctx.backend.compiler_flags_mode, model_dir=None, revision=commit)
+            environment = ctx.config_key.inputs.get("environment") if ctx.config_key is not None else None
+            key = config_key(
+                spec,
+                flags_mode=ctx.backend.compiler_flags_mode,
+                model_dir=None,
+                revision=commit,
+                environment=environment,
+            )
             hits = [k for k in left if key.hash.startswith(k)]
             for k in hits:
                 found.append(MovedRef(k, ctx.label, spec.model.id, ref, commit, ctx.revision))

@@ -13,7 +13,7 @@ release with a DLC image (neuronc.backends.support). See docs/backends.md.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,7 +47,7 @@ from neuronc.backends.vllm_neuron.engine import (
     plan_graphs,
     serve_env,
 )
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, default_route
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV, default_route
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
@@ -201,6 +201,22 @@ class VllmNeuronBackend(NeuronBackend):
         image = release_image(release, spec.target)
         packages = dict(image.packages) if image is not None else {n: v[0] for n, v in release.packages.items()}
         return {"neuronc": __version__, **{name: packages[name] for name in sorted(packages)}}
+
+    def keyed_environment(
+        self, spec: BuildSpec, versions: Mapping[str, str | None], environ: Mapping[str, str]
+    ) -> dict[str, str]:
+        """What the manifest records from the compile's environment because it shapes the graphs: the
+        ``VLLM_NEURON_*`` / ``NEURON_*`` variables ``recorded_env`` keeps (the KV sizing ones among
+        them: the KV cache shape, and so the sized block count, is an input of every graph), and the
+        route when set (unset, the plugin version's default, which the toolchain key holds). Not the
+        variables neuronc sets from the profile, the worker count or the runtime's core placement."""
+        from neuronc.backends.vllm_neuron.build import recorded_env
+
+        plugin = str(versions.get("vllm-neuron") or "")
+        keyed = recorded_env(plugin, environ)
+        if environ.get(ROUTE_ENV):
+            keyed[ROUTE_ENV] = environ[ROUTE_ENV]
+        return keyed
 
     def compile(self, job: CompileJob) -> CompileResult:
         from neuronc.backends.vllm_neuron.build import run_compile
