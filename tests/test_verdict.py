@@ -187,3 +187,30 @@ def test_verify_against_env_gives_the_verdict_for_this_host(tmp_path: Path) -> N
     assert code == 5  # no vllm-neuron here
     assert report["verdict"]["image"] == "this host"
     assert "neuronx-cc" in [d["field"] for d in report["verdict"]["differences"]]
+
+
+def test_a_bundle_compiled_in_its_dlc_starts_there_and_not_in_another_releases(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    from test_backend_vllm_neuron import write_profile
+
+    fake_runtime.add_release_images()
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    bundle = report["builds"][0]["bundle"]
+    from neuronc.bundle import read_manifest
+
+    pinned = read_manifest(Path(bundle)).extra["vllm_neuron"]["runner"]["pinned"]
+    for image in (_reference("2.32.0"), pinned):  # the matrix's tag; the digest the compile ran in
+        code, report, err = invoke("verify", bundle, "--against-image", image, "--json")
+        assert code == 0, (image, report, err)
+        assert report["verdict"]["starts_without_compiling"] is True
+    assert "the image the compile ran in" in report["verdict"]["source"]
+    code, report, _ = invoke("verify", bundle, "--against-image", _reference("2.31.1"), "--json")
+    assert code == 5 and "neuronx-cc" in [d["field"] for d in report["verdict"]["differences"]]
+    code, report, err = invoke("deploy", bundle, "--for", "vllm", "--json", "--out", str(tmp_path / "deploy"))
+    assert code == 0, (report, err)
+    assert report["image"] == pinned and report["verdict"]["starts_without_compiling"] is True
+    serve = (tmp_path / "deploy" / "vllm.env").read_text()
+    assert "VLLM_NEURON_BACKEND=" in serve and "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND=" in serve

@@ -163,7 +163,11 @@ def vllm_neuron_parts(values: Any, info: Mapping[str, Any], side: ServingSide) -
     from neuronc.hardware import lnc
 
     record = record_of(values)
-    parts = _version_parts(VLLM_NEURON_VERSIONS, values.toolchain, side)
+    # The versions the compile had where it ran (read there), over the toolchain key's: a DLC's torch,
+    # for one, is recorded by the compile but not pinned by the matrix row the toolchain comes from.
+    ran = info.get("versions_in_runner")
+    had = {str(k): str(v) for k, v in dict(ran).items() if isinstance(v, str)} if isinstance(ran, Mapping) else {}
+    parts = _version_parts(VLLM_NEURON_VERSIONS, {**values.toolchain, **had}, side)
     target = record.target or NOT_RECORDED
     if side.targets is None:
         parts.append(Part("target", target, UNKNOWN, checked=False))
