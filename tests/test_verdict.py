@@ -214,3 +214,38 @@ def test_a_bundle_compiled_in_its_dlc_starts_there_and_not_in_another_releases(
     assert report["image"] == pinned and report["verdict"]["starts_without_compiling"] is True
     serve = (tmp_path / "deploy" / "vllm.env").read_text()
     assert "VLLM_NEURON_BACKEND=" in serve and "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND=" in serve
+
+
+def test_nxdi_and_optimum_neuron_parts_against_their_images(tmp_path: Path) -> None:
+    from test_deploy import _bundle
+
+    from neuronc.deploy import render
+
+    nxdi = _bundle(tmp_path / "nxdi", "nxdi")
+    image = render(nxdi, "vllm").image
+    assert image is not None
+    code, report, err = invoke("verify", str(nxdi), "--against-image", image, "--json")
+    assert code == 0, (report, err)
+    fields = [p["field"] for p in report["verdict"]["parts"]]
+    assert fields == ["neuronx-cc", "neuronx-distributed-inference", "torch-neuronx", "tp", "buckets"]
+    # An image of another NxDI (the matrix's newest vLLM image for NxDI) names it.
+    other = next(
+        i.reference
+        for r in reversed(releases_with_nxdi())
+        for i in r
+        if i.packages["neuronx-distributed-inference"] != report["verdict"]["parts"][1]["bundle"]
+    )
+    code, report, _ = invoke("verify", str(nxdi), "--against-image", other, "--json")
+    assert code == 5 and "neuronx-distributed-inference" in [d["field"] for d in report["verdict"]["differences"]]
+    optimum = _bundle(tmp_path / "optimum", "optimum-neuron")
+    image = render(optimum, "vllm").image
+    assert image is not None
+    code, report, err = invoke("verify", str(optimum), "--against-image", image, "--json")
+    assert code == 0, (report, err)
+    assert [p["field"] for p in report["verdict"]["parts"]] == ["optimum-neuron", "neuronx-cc"]
+
+
+def releases_with_nxdi() -> list[Any]:
+    from neuronc.backends.support import Serves, releases
+
+    return [r.images_serving(Serves.NXDI) for r in releases() if r.images_serving(Serves.NXDI)]

@@ -200,7 +200,8 @@ def vllm_neuron_parts(values: Any, info: Mapping[str, Any], side: ServingSide) -
 def nxdi_parts(values: Any, side: ServingSide) -> list[Part]:
     parts = _version_parts(NXDI_VERSIONS, values.toolchain, side, both_only=("torch-neuronx",))
     config = dict(values.nxdi.neuron_config) if values.nxdi is not None else {}
-    parts.append(Part("tp", str(values.tp_degree), _text(config.get("tp_degree"))))
+    tp = config.get("tp_degree")
+    parts.append(Part("tp", str(values.tp_degree), _text(tp), checked=tp is not None))
     loaded = config.get("context_encoding_buckets")
     if isinstance(loaded, list):
         parts.append(Part("buckets", _text(values.context_buckets), _text(loaded)))
