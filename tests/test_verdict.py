@@ -64,7 +64,8 @@ def test_its_own_releases_image_starts_it_and_another_releases_does_not(tmp_path
         "engine_args",
         "environment",
     ]
-    assert verdict["unchecked"] == ["environment"]  # the matrix records no image's environment
+    # The matrix pins no image's torch (recorded, not required) and records no image's environment.
+    assert verdict["unchecked"] == ["torch", "environment"]
     code, report, err = invoke("verify", str(bundle), "--against-image", _reference("2.31.1"), "--json")
     assert code == 5, (report, err)
     differences = {d["field"]: d for d in report["verdict"]["differences"]}
@@ -141,9 +142,11 @@ def test_an_image_neuronc_does_not_know_is_read_through_the_runtime(
     release = _release("2.32.0")
     image = _image(release)
     assert image is not None
-    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False)
+    # Read from the image, torch is compared too (the matrix pins none): the bundle's and the image's agree.
+    packages = {**image.packages, "torch": "2.11.0"}
+    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False, toolchain=packages)
     custom = "registry.example/my-vllm-neuron:1"
-    fake_runtime.add_image(custom, dict(image.packages), local=False, env={"NEURON_CC_FLAGS": "-O3"})
+    fake_runtime.add_image(custom, packages, local=False, env={"NEURON_CC_FLAGS": "-O3"})
     code, report, _ = invoke("verify", str(bundle), "--against-image", custom, "--json")
     assert code == 5 and "not on this machine" in report["error"]["message"]  # pulled only when allowed
     assert "NEURONC_PULL_IMAGES=1" in report["error"]["hint"]
@@ -159,7 +162,7 @@ def test_an_image_neuronc_does_not_know_is_read_through_the_runtime(
     assert argv[:3] == ["--rm", "--network", "none"] and "--entrypoint" in argv
     # The same image without the extra variable: every part checked but the target, all equal.
     plain = "registry.example/my-vllm-neuron:2"
-    fake_runtime.add_image(plain, dict(image.packages))
+    fake_runtime.add_image(plain, packages)
     code, report, _ = invoke("verify", str(bundle), "--against-image", plain, "--json")
     assert code == 0 and report["verdict"]["starts_without_compiling"] is True
 

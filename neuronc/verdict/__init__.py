@@ -49,6 +49,9 @@ class ServingSide:
     versions: Mapping[str, str | None]
     targets: tuple[str, ...] | None = None  # None: not known
     env: Mapping[str, str] | None = None  # its own VLLM_NEURON_*/NEURON_* variables; None: not known
+    # True where the versions are what a recipe pins (the support matrix): a package it does not record
+    # is unknown there (unchecked), not absent. False where they were read from the image or host.
+    pins_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def _version_parts(
     parts = []
     for package in packages:
         mine, theirs = public(toolchain.get(package)), public(side.versions.get(package))
-        if package in both_only and (mine is None or theirs is None):
+        if (package in both_only and (mine is None or theirs is None)) or (theirs is None and side.pins_only):
             parts.append(Part(package, mine or NOT_RECORDED, theirs or NOT_RECORDED, checked=False))
             continue
         parts.append(Part(package, mine or "none", theirs or "none"))
