@@ -64,7 +64,8 @@ def test_its_own_releases_image_starts_it_and_another_releases_does_not(tmp_path
         "engine_args",
         "environment",
     ]
-    assert verdict["unchecked"] == ["environment"]  # the matrix records no image's environment
+    # The matrix pins no image's torch (recorded, not required) and records no image's environment.
+    assert verdict["unchecked"] == ["torch", "environment"]
     code, report, err = invoke("verify", str(bundle), "--against-image", _reference("2.31.1"), "--json")
     assert code == 5, (report, err)
     differences = {d["field"]: d for d in report["verdict"]["differences"]}
@@ -141,9 +142,11 @@ def test_an_image_neuronc_does_not_know_is_read_through_the_runtime(
     release = _release("2.32.0")
     image = _image(release)
     assert image is not None
-    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False)
+    # Read from the image, torch is compared too (the matrix pins none): the bundle's and the image's agree.
+    packages = {**image.packages, "torch": "2.11.0"}
+    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False, toolchain=packages)
     custom = "registry.example/my-vllm-neuron:1"
-    fake_runtime.add_image(custom, dict(image.packages), local=False, env={"NEURON_CC_FLAGS": "-O3"})
+    fake_runtime.add_image(custom, packages, local=False, env={"NEURON_CC_FLAGS": "-O3"})
     code, report, _ = invoke("verify", str(bundle), "--against-image", custom, "--json")
     assert code == 5 and "not on this machine" in report["error"]["message"]  # pulled only when allowed
     assert "NEURONC_PULL_IMAGES=1" in report["error"]["hint"]
@@ -159,7 +162,7 @@ def test_an_image_neuronc_does_not_know_is_read_through_the_runtime(
     assert argv[:3] == ["--rm", "--network", "none"] and "--entrypoint" in argv
     # The same image without the extra variable: every part checked but the target, all equal.
     plain = "registry.example/my-vllm-neuron:2"
-    fake_runtime.add_image(plain, dict(image.packages))
+    fake_runtime.add_image(plain, packages)
     code, report, _ = invoke("verify", str(bundle), "--against-image", plain, "--json")
     assert code == 0 and report["verdict"]["starts_without_compiling"] is True
 
@@ -187,3 +190,65 @@ def test_verify_against_env_gives_the_verdict_for_this_host(tmp_path: Path) -> N
     assert code == 5  # no vllm-neuron here
     assert report["verdict"]["image"] == "this host"
     assert "neuronx-cc" in [d["field"] for d in report["verdict"]["differences"]]
+
+
+def test_a_bundle_compiled_in_its_dlc_starts_there_and_not_in_another_releases(
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+) -> None:
+    from test_backend_vllm_neuron import write_profile
+
+    fake_runtime.add_release_images()
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0, (report, err)
+    bundle = report["builds"][0]["bundle"]
+    from neuronc.bundle import read_manifest
+
+    pinned = read_manifest(Path(bundle)).extra["vllm_neuron"]["runner"]["pinned"]
+    for image in (_reference("2.32.0"), pinned):  # the matrix's tag; the digest the compile ran in
+        code, report, err = invoke("verify", bundle, "--against-image", image, "--json")
+        assert code == 0, (image, report, err)
+        assert report["verdict"]["starts_without_compiling"] is True
+    assert "the image the compile ran in" in report["verdict"]["source"]
+    code, report, _ = invoke("verify", bundle, "--against-image", _reference("2.31.1"), "--json")
+    assert code == 5 and "neuronx-cc" in [d["field"] for d in report["verdict"]["differences"]]
+    code, report, err = invoke("deploy", bundle, "--for", "vllm", "--json", "--out", str(tmp_path / "deploy"))
+    assert code == 0, (report, err)
+    assert report["image"] == pinned and report["verdict"]["starts_without_compiling"] is True
+    serve = (tmp_path / "deploy" / "vllm.env").read_text()
+    assert "VLLM_NEURON_BACKEND=" in serve and "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND=" in serve
+
+
+def test_nxdi_and_optimum_neuron_parts_against_their_images(tmp_path: Path) -> None:
+    from test_deploy import _bundle
+
+    from neuronc.deploy import render
+
+    nxdi = _bundle(tmp_path / "nxdi", "nxdi")
+    image = render(nxdi, "vllm").image
+    assert image is not None
+    code, report, err = invoke("verify", str(nxdi), "--against-image", image, "--json")
+    assert code == 0, (report, err)
+    fields = [p["field"] for p in report["verdict"]["parts"]]
+    assert fields == ["neuronx-cc", "neuronx-distributed-inference", "torch-neuronx", "tp", "buckets"]
+    # An image of another NxDI (the matrix's newest vLLM image for NxDI) names it.
+    other = next(
+        i.reference
+        for r in reversed(releases_with_nxdi())
+        for i in r
+        if i.packages["neuronx-distributed-inference"] != report["verdict"]["parts"][1]["bundle"]
+    )
+    code, report, _ = invoke("verify", str(nxdi), "--against-image", other, "--json")
+    assert code == 5 and "neuronx-distributed-inference" in [d["field"] for d in report["verdict"]["differences"]]
+    optimum = _bundle(tmp_path / "optimum", "optimum-neuron")
+    image = render(optimum, "vllm").image
+    assert image is not None
+    code, report, err = invoke("verify", str(optimum), "--against-image", image, "--json")
+    assert code == 0, (report, err)
+    assert [p["field"] for p in report["verdict"]["parts"]] == ["optimum-neuron", "neuronx-cc"]
+
+
+def releases_with_nxdi() -> list[Any]:
+    from neuronc.backends.support import Serves, releases
+
+    return [r.images_serving(Serves.NXDI) for r in releases() if r.images_serving(Serves.NXDI)]

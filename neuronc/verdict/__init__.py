@@ -49,6 +49,9 @@ class ServingSide:
     versions: Mapping[str, str | None]
     targets: tuple[str, ...] | None = None  # None: not known
     env: Mapping[str, str] | None = None  # its own VLLM_NEURON_*/NEURON_* variables; None: not known
+    # True where the versions are what a recipe pins (the support matrix): a package it does not record
+    # is unknown there (unchecked), not absent. False where they were read from the image or host.
+    pins_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def _version_parts(
     parts = []
     for package in packages:
         mine, theirs = public(toolchain.get(package)), public(side.versions.get(package))
-        if package in both_only and (mine is None or theirs is None):
+        if (package in both_only and (mine is None or theirs is None)) or (theirs is None and side.pins_only):
             parts.append(Part(package, mine or NOT_RECORDED, theirs or NOT_RECORDED, checked=False))
             continue
         parts.append(Part(package, mine or "none", theirs or "none"))
@@ -163,7 +166,11 @@ def vllm_neuron_parts(values: Any, info: Mapping[str, Any], side: ServingSide) -
     from neuronc.hardware import lnc
 
     record = record_of(values)
-    parts = _version_parts(VLLM_NEURON_VERSIONS, values.toolchain, side)
+    # The versions the compile had where it ran (read there), over the toolchain key's: a DLC's torch,
+    # for one, is recorded by the compile but not pinned by the matrix row the toolchain comes from.
+    ran = info.get("versions_in_runner")
+    had = {str(k): str(v) for k, v in dict(ran).items() if isinstance(v, str)} if isinstance(ran, Mapping) else {}
+    parts = _version_parts(VLLM_NEURON_VERSIONS, {**values.toolchain, **had}, side)
     target = record.target or NOT_RECORDED
     if side.targets is None:
         parts.append(Part("target", target, UNKNOWN, checked=False))
@@ -196,7 +203,8 @@ def vllm_neuron_parts(values: Any, info: Mapping[str, Any], side: ServingSide) -
 def nxdi_parts(values: Any, side: ServingSide) -> list[Part]:
     parts = _version_parts(NXDI_VERSIONS, values.toolchain, side, both_only=("torch-neuronx",))
     config = dict(values.nxdi.neuron_config) if values.nxdi is not None else {}
-    parts.append(Part("tp", str(values.tp_degree), _text(config.get("tp_degree"))))
+    tp = config.get("tp_degree")
+    parts.append(Part("tp", str(values.tp_degree), _text(tp), checked=tp is not None))
     loaded = config.get("context_encoding_buckets")
     if isinstance(loaded, list):
         parts.append(Part("buckets", _text(values.context_buckets), _text(loaded)))

@@ -81,7 +81,7 @@ def _known(reference: str) -> ServingSide | None:
         for image in release.images:
             if image.reference == reference:
                 source = f"the support matrix (Neuron SDK {release.version}'s image)"
-                return ServingSide(reference, source, dict(image.packages), image.targets)
+                return ServingSide(reference, source, dict(image.packages), image.targets, pins_only=True)
     for row in IMAGES:
         # SageMaker images name their region: {region} stands for any.
         pattern = re.escape(row.image).replace(re.escape("{region}"), "[a-z0-9-]+")
@@ -92,7 +92,7 @@ def _known(reference: str) -> ServingSide | None:
                 "neuronx-distributed-inference": row.nxdi,
                 "vllm": row.vllm,
             }
-            return ServingSide(reference, "neuronc's table of serving images", versions)
+            return ServingSide(reference, "neuronc's table of serving images", versions, pins_only=True)
     return None
 
 
