@@ -24,7 +24,16 @@ from plugins.fake_backend import make_spec, spec_key
 from test_deploy import _env, _exec_argv, _files
 
 from neuronc.backends.support import Image, Release, Serves, find_release, image_pins, releases
-from neuronc.backends.vllm_neuron.engine import CACHE_DIR, CHECKPOINT_DIR, engine_cli, engine_kwargs, logical_nc
+from neuronc.backends.vllm_neuron.engine import (
+    CACHE_DIR,
+    CHECKPOINT_DIR,
+    ENGINE_FIELDS,
+    engine_args_problem,
+    engine_cli,
+    engine_kwargs,
+    logical_nc,
+    served_flags,
+)
 from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV, default_route
 from neuronc.bundle import BuildRecord, BundleWriter, Graph, read_manifest
 from neuronc.deploy import DeployOptions, render
@@ -368,6 +377,81 @@ def test_a_record_no_serving_file_can_be_written_from_is_refused(
     with pytest.raises(BundleFormatError) as caught:
         render(bundle, "vllm")
     assert any(line.startswith(field) for line in caught.value.details), caught.value.details
+
+
+# What a re-sealed manifest could put into serve.sh and the compose file (issue 34 item 4), and the
+# argument each refusal names: flags neuronc never writes, argparse abbreviations (``--ho`` is ``--host``,
+# ``--max-num`` would be ambiguous but ``--gpu`` is not), vLLM's ``_`` spellings, ``--flag=value``, a
+# value that argparse would read as the next flag, a flag given twice, a value of the wrong kind.
+SMUGGLED = [
+    (["--trust-remote-code"], "--trust-remote-code"),
+    (["--allowed-local-media-path", "/"], "--allowed-local-media-path"),
+    (["--ho", "0.0.0.0"], "--ho"),
+    (["--gpu", "0.5"], "--gpu"),
+    (["--max_num_seqs", "8"], "--max_num_seqs"),
+    (["--max-num-seqs=8"], "--max-num-seqs=8"),
+    (["--served-model-name", "--trust-remote-code"], "--served-model-name"),
+    (["--served-model-name", "m", "-tp", "64"], "-tp"),
+    (["--block-size", "16", "--block-size", "32"], "--block-size"),
+    (["--enable-prefix-caching", "--no-enable-prefix-caching"], "--no-enable-prefix-caching"),
+    (["--dtype", "auto;x"], "auto;x"),
+    (["--additional-config", "[1]"], "[1]"),
+    (["/etc"], "/etc"),
+    (["--block-size", "--trust-remote-code"], "--trust-remote-code"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), SMUGGLED, ids=[" ".join(a) for a, _ in SMUGGLED])
+def test_engine_args_allow_only_the_flags_the_compile_writes(tmp_path: Path, args: list[str], named: str) -> None:
+    from test_backend_vllm_neuron import invoke
+
+    release = find_release("2.32.0")
+    assert release is not None
+    written = list(read_manifest(_vllm_neuron_bundle(tmp_path / "c", release)).extra["vllm_neuron"]["engine_args"])
+    for flag in set(args) & set(written):  # each smuggled flag in place of the compile's (one value each)
+        at = written.index(flag)
+        del written[at : at + 2]
+    bundle = _vllm_neuron_bundle(tmp_path, release, engine_args=[*written, *args])
+    code, report, err = invoke("deploy", str(bundle), "--for", "vllm", "--out", str(tmp_path / "out"), "--json")
+    assert code == 2, (report, err)
+    (line,) = [d for d in report["details"] if d.startswith("extra.vllm_neuron.engine_args")]
+    assert repr(named) in line, line
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_the_allow_list_is_what_the_compile_can_write(tmp_path: Path) -> None:
+    """Every option set: the compile's kwargs are exactly ENGINE_FIELDS (and the checkpoint), and what
+    ``engine_cli`` writes from them passes the check deploy makes, switched on and off."""
+    options = {
+        "gpu_memory_utilization": 0.00001,
+        "block_size": 32,
+        "enable_prefix_caching": False,
+        "num_gpu_blocks_override": 512,
+    }
+    spec = make_spec(
+        backend="vllm-neuron", target="trn2", tp_degree=4, batch_size=8, sequence=SEQ, weights="on-load",
+        compiler_flags=(), options=options,
+    )  # fmt: skip
+    kwargs = engine_kwargs(spec, "/bundle/ckpt")
+    assert set(kwargs) - {"model", "tokenizer"} == set(ENGINE_FIELDS)
+    for prefix in (False, True):
+        args = engine_cli({**kwargs, "enable_prefix_caching": prefix})
+        assert engine_args_problem(args) is None, args
+        assert {a for a in args if a.startswith("--")} <= set(served_flags())
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        engine_cli({**kwargs, "trust_remote_code": True})  # the compile cannot write what deploy refuses
+
+
+def test_each_allowed_flag_is_an_engine_argument_of_every_vllm_the_plugin_images_pin() -> None:
+    """Recorded facts (tests/fixtures/vllm_neuron/engine_args.json: ``class EngineArgs`` of each vLLM
+    wheel's vllm/engine/arg_utils.py, whose ``add_cli_args`` writes ``--field-name``); the serving
+    contract parses each flag with the version's own parser (tests/contract/serving/test_vllm_parser.py)."""
+    recorded = json.loads((Path(__file__).parent / "fixtures/vllm_neuron/engine_args.json").read_text())["versions"]
+    pinned = {i.vllm for r in releases() for i in r.images_serving(Serves.VLLM_NEURON) if i.vllm}
+    assert pinned and pinned <= set(recorded), (pinned, set(recorded))
+    for version in sorted(pinned):
+        fields = set(recorded[version]["engine_args_fields"])
+        assert set(ENGINE_FIELDS) <= fields, (version, set(ENGINE_FIELDS) - fields)
 
 
 def test_serve_sh_exec_line_quotes_the_additional_config(tmp_path: Path) -> None:

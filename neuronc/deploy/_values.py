@@ -315,12 +315,11 @@ _RELEASE = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){0,2}$")
 _RELATIVE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$")
 _PINNED = re.compile(r"^[a-z0-9][a-z0-9._/:-]{0,254}@sha256:[0-9a-f]{64}$")
 MAX_ENGINE_ARGS = 256
-# Placed by deploy itself (checkpoint path, port); a recorded engine argument may not set them.
-DEPLOY_FLAGS = ("--model", "--port", "--host")
 
 
 def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
     """``extra.vllm_neuron``, each field checked: every one of them reaches serve.sh or the compose file."""
+    from neuronc.backends.vllm_neuron.engine import engine_args_problem
     from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV
 
     info = reader.manifest.extra.get("vllm_neuron")
@@ -348,8 +347,11 @@ def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
     if not args or len(args) != len(given or ()):
         reader.refuse(where + "engine_args", given, f"is not a list of at most {MAX_ENGINE_ARGS} plain arguments")
         args = []
-    elif any(a.split("=", 1)[0] in DEPLOY_FLAGS for a in args) or not args[0].startswith("--"):
-        reader.refuse(where + "engine_args", given, f"holds a positional argument or one of {', '.join(DEPLOY_FLAGS)}")
+    elif (problem := engine_args_problem(args)) is not None:
+        # Only what the compile writes (engine.ENGINE_FIELDS), exactly: deploy places the checkpoint and
+        # --port itself, and anything else (--trust-remote-code, --host, an abbreviation) is refused.
+        reader.refuse(where + "engine_args", *problem)
+        args = []
     kv = info.get("kv_sizing_env") or {}
     if not isinstance(kv, Mapping) or not all(
         k in KV_SIZING_ENV and isinstance(v, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)?", v) for k, v in kv.items()

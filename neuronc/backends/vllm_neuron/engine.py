@@ -29,6 +29,7 @@ Profile -> vLLM (``EngineArgs`` fields) and ``--additional-config '{"neuron_conf
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -158,6 +159,32 @@ def serve_env(*, logical_nc_config: int, plugin: str, route: str, recorded_env: 
     }
 
 
+# The EngineArgs fields ``engine_kwargs`` can set besides the checkpoint, and how ``engine_cli`` writes
+# each: the one list the served flags come from. ``engine_cli`` writes nothing else, and deploy lets
+# through exactly these flags (``engine_args_problem``). Each is an EngineArgs field of every vLLM a
+# vllm-neuron image pins (vllm/engine/arg_utils.py, tests/fixtures/vllm_neuron/engine_args.json), whose
+# ``add_cli_args`` makes ``--field-name``; tests/contract/serving/test_vllm_parser.py parses each flag
+# with that version's own parser.
+ENGINE_FIELDS: dict[str, Literal["int", "float", "name", "names", "json", "switch"]] = {
+    "served_model_name": "names",
+    "tensor_parallel_size": "int",
+    "max_num_seqs": "int",
+    "max_model_len": "int",
+    "max_num_batched_tokens": "int",
+    "dtype": "name",
+    "gpu_memory_utilization": "float",
+    "additional_config": "json",
+    "block_size": "int",
+    "enable_prefix_caching": "switch",
+    BLOCKS_OVERRIDE: "int",
+}
+
+
+def cli_flag(field: str, *, negated: bool = False) -> str:
+    """``max_num_seqs`` -> ``--max-num-seqs`` (``--no-...`` for a switch turned off)."""
+    return ("--no-" if negated else "--") + field.replace("_", "-")
+
+
 def engine_cli(kwargs: Mapping[str, Any]) -> list[str]:
     """The same values as ``vllm serve`` arguments, without the model and tokenizer (the caller places
     the checkpoint): ``--flag value`` per EngineArgs field, JSON for ``--additional-config``."""
@@ -165,16 +192,86 @@ def engine_cli(kwargs: Mapping[str, Any]) -> list[str]:
     for key, value in kwargs.items():
         if key in ("model", "tokenizer"):
             continue
-        flag = "--" + key.replace("_", "-")
-        if isinstance(value, bool):
-            args.append(flag if value else "--no-" + key.replace("_", "-"))
-        elif isinstance(value, list) and key == "served_model_name":
-            args += [flag, *map(str, value)]
-        elif isinstance(value, dict):
-            args += [flag, json.dumps(value, sort_keys=True, separators=(",", ":"))]
+        kind = ENGINE_FIELDS.get(key)
+        if kind is None:
+            raise ValueError(f"{key} is not an engine argument neuronc serves (add it to ENGINE_FIELDS)")
+        if kind == "switch":
+            args.append(cli_flag(key, negated=not value))
+        elif kind == "names":
+            args += [cli_flag(key), *map(str, value)]
+        elif kind == "json":
+            args += [cli_flag(key), json.dumps(value, sort_keys=True, separators=(",", ":"))]
         else:
-            args += [flag, str(value)]
+            args += [cli_flag(key), str(value)]
     return args
+
+
+def served_flags() -> dict[str, str]:
+    """Every flag ``engine_cli`` can write, to its EngineArgs field (a switch: ``--x`` and ``--no-x``)."""
+    flags: dict[str, str] = {}
+    for field, kind in ENGINE_FIELDS.items():
+        flags[cli_flag(field)] = field
+        if kind == "switch":
+            flags[cli_flag(field, negated=True)] = field
+    return flags
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
+
+
+def _value_problem(kind: str, value: str) -> str | None:
+    if kind == "int":
+        return None if value.isascii() and value.isdigit() and len(value) <= 12 else "is not a whole number"
+    if kind == "float":
+        # str() of a float: 0.9, 1.0, 1e-05.
+        return None if re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,17})?(e-?[0-9]{1,3})?", value) else "is not a number"
+    if kind == "name":
+        return None if _NAME.fullmatch(value) else "is not a plain name"
+    if kind == "json":
+        try:
+            return None if isinstance(json.loads(value), dict) else "is not a JSON object"
+        except ValueError:
+            return "is not a JSON object"
+    return None  # names: anything not flag-like (checked by the caller), quoted where it is written
+
+
+def engine_args_problem(args: Sequence[str]) -> tuple[str, str] | None:
+    """The first recorded ``vllm serve`` argument ``engine_cli`` would not have written, and why; or None.
+
+    Only the exact flags of ``served_flags`` (each at most once), each followed by what ``engine_cli``
+    writes after it. Exact, because vLLM's parser is argparse's, which takes an unambiguous prefix of a
+    flag (``allow_abbrev``, on by default: ``--ho`` would be ``--host``) and vLLM's also reads ``_`` as
+    ``-``; and no value may start with ``-``, which argparse reads as the next flag
+    (``--served-model-name --trust-remote-code``).
+    """
+    allowed = served_flags()
+    seen: set[str] = set()
+    at = 0
+    while at < len(args):
+        flag = args[at]
+        field = allowed.get(flag)
+        if field is None:
+            what = "a flag" if flag.startswith("-") else "a positional argument"
+            return flag, f"is {what} neuronc never writes (only {', '.join(sorted(allowed))}, exactly)"
+        kind = ENGINE_FIELDS[field]
+        if field in seen:
+            return flag, "is given twice"
+        seen.add(field)
+        at += 1
+        if kind == "switch":
+            continue
+        values: list[str] = []
+        while at < len(args) and not args[at].startswith("--") and (kind == "names" or not values):
+            values.append(args[at])
+            at += 1
+        if not values:
+            then = f" (then {args[at]!r}, which argparse reads as a flag)" if at < len(args) else ""
+            return flag, f"has no value{then}"
+        for value in values:
+            problem = "looks like a flag" if value.startswith("-") else _value_problem(kind, value)
+            if problem is not None:
+                return value, f"(the value of {flag}) {problem}"
+    return None
 
 
 def plan_graphs(spec: BuildSpec) -> tuple[GraphSpec, ...]:
@@ -224,9 +321,12 @@ __all__ = [
     "CHECKPOINT_DIR",
     "CONTAINER_BUNDLE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "ENGINE_FIELDS",
     "VllmNeuronOptions",
+    "cli_flag",
     "decode_context_buckets",
     "describe",
+    "engine_args_problem",
     "engine_cli",
     "engine_kwargs",
     "engine_problems",
@@ -237,4 +337,5 @@ __all__ = [
     "plan_graphs",
     "powers_of_two_to",
     "serve_env",
+    "served_flags",
 ]

@@ -125,6 +125,34 @@ def test_the_parser_is_vllms_own(parser: Any) -> None:
             parser.parse_args(["--model", "m", "--block-size", "4096"])
 
 
+# What engine_cli writes after each kind of flag (neuronc.backends.vllm_neuron.engine.ENGINE_FIELDS), and
+# what the parser must make of it.
+_SAMPLES: dict[str, tuple[list[str], Any]] = {
+    "int": (["16"], 16),
+    "float": (["0.5"], 0.5),
+    "name": (["bfloat16"], "bfloat16"),
+    "names": (["acme/tiny"], ["acme/tiny"]),
+    "json": (['{"neuron_config":{"num_seqs_buckets":[1]}}'], {"neuron_config": {"num_seqs_buckets": [1]}}),
+}
+
+
+def test_every_flag_deploy_lets_through_is_this_vllms_own(parser: Any) -> None:
+    """Issue 34 item 4: deploy writes only the recorded flags that ``engine_cli`` can write
+    (``engine.served_flags``, from ``ENGINE_FIELDS``), exactly. At each vLLM a vllm-neuron image pins,
+    each of them is this parser's own flag for that very EngineArgs field (were it only a prefix of a
+    longer flag, argparse would set that other field) and takes the value ``engine_cli`` writes after it."""
+    from neuronc.backends.vllm_neuron.engine import ENGINE_FIELDS, engine_args_problem, served_flags
+
+    if not any(kind == "vllm-neuron" for kind, _ in cases(VERSION)):
+        pytest.skip(f"no vllm-neuron image pins vLLM {VERSION}")
+    for flag, field in served_flags().items():
+        kind = ENGINE_FIELDS[field]
+        values, expected = _SAMPLES[kind] if kind != "switch" else ([], not flag.startswith("--no-"))
+        assert engine_args_problem([flag, *values]) is None, flag
+        namespace = parser.parse_args(["--model", "m", flag, *values])
+        assert getattr(namespace, field) == expected, (flag, getattr(namespace, field, None))
+
+
 def _serve_argv(script: str) -> list[str]:
     line = next(li for li in script.splitlines() if li.startswith("exec vllm serve "))
     return shlex.split(line)[3:]  # after `exec vllm serve`
