@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from neuronc.backends.base import Backend
-from neuronc.errors import NeuroncError, is_client_library_error, is_network_error, short_reason
+from neuronc.errors import NeuroncError, foreign_row, short_reason
 from neuronc.pipeline.context import UNRESOLVED
 from neuronc.preflight import Estimate, estimate, load_model_config
 from neuronc.spec import BuildSpec
@@ -189,7 +189,7 @@ def hf_cache_statuses(
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {exc.message}")
         return [failed] * len(specs)
     except Exception as exc:
-        if not (is_network_error(exc) or is_client_library_error(exc) or isinstance(exc, OSError)):
+        if foreign_row(exc) is None:
             raise
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {short_reason(exc)}")
         return [failed] * len(specs)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
 from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
-from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
+from neuronc.errors import DISK_FULL, BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, foreign_row
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import (
@@ -191,7 +191,7 @@ class LocalStore(BundleStore):
             probe.write_bytes(b"ok")
             probe.unlink()
         except OSError as exc:
-            if is_disk_full(exc):
+            if foreign_row(exc) is DISK_FULL:
                 from neuronc.fsutil import disk_full_error
 
                 raise disk_full_error(self.root, None, exc) from exc

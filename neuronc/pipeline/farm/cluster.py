@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, from_foreign
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
@@ -126,8 +126,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        msg = f"--executor ray needs Ray, which is not installed here ({exc})"
-        raise EnvironmentIncompatibleError(msg, hint=INSTALL_HINT) from exc
+        raise from_foreign(exc, "--executor ray needs Ray, which is not installed here", hint=INSTALL_HINT) from exc
     return ray
 
 

@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from neuronc.errors import (
-    EnvironmentIncompatibleError,
+    NETWORK,
     InvalidInputError,
     NeuroncError,
     RemoteStoreError,
-    is_client_library_error,
-    is_network_error,
-    short_reason,
+    foreign_row,
+    from_foreign,
 )
 from neuronc.store.remote.url import StoreURL
 
@@ -131,9 +130,8 @@ class RemoteIO:
         if self.url.scheme == "s3":
             try:
                 import s3fs
-            except ImportError:
-                msg = "s3:// stores need s3fs"
-                raise EnvironmentIncompatibleError(msg, hint="pip install 'neuronc[remote]'") from None
+            except ImportError as exc:
+                raise from_foreign(exc, "s3:// stores need s3fs", hint="pip install 'neuronc[remote]'") from None
             options = {
                 "skip_instance_cache": True,
                 "use_listings_cache": False,
@@ -226,21 +224,21 @@ class RemoteIO:
             raise
         except NeuroncError:
             raise
-        except TimeoutError as exc:
-            msg = f"{self.url.url}: {what} timed out after {budget:.0f} s"
-            raise RemoteStoreError(msg, hint=_timeout_hint(), details=[short_reason(exc)]) from exc
         except Exception as exc:
-            error = self.storage_error(what, exc)
+            timed_out = f"{what} timed out after {budget:.0f} s" if isinstance(exc, TimeoutError) else None
+            error = self.storage_error(what, exc, doing=timed_out)
             if error is None:
                 raise
             raise error from exc
 
-    def storage_error(self, what: str, exc: BaseException) -> RemoteStoreError | None:
-        """The RemoteStoreError (exit 5) for a failed call, or None when ``exc`` is not a storage failure."""
-        if not (isinstance(exc, OSError) or is_network_error(exc) or is_client_library_error(exc)):
+    def storage_error(self, what: str, exc: BaseException, *, doing: str | None = None) -> NeuroncError | None:
+        """The RemoteStoreError (exit 5) for a failed call (the table's error where it names another:
+        a full disk), or None when ``exc`` is not a storage failure."""
+        row = foreign_row(exc)
+        if row is None:
             return None
-        hint = _timeout_hint() if is_network_error(exc) else self.url.access_hint()
-        return RemoteStoreError(f"{self.url.url}: {what} failed: {short_reason(exc)}", hint=hint)
+        hint = _timeout_hint() if row is NETWORK else self.url.access_hint()
+        return from_foreign(exc, f"{self.url.url}: {doing or what + ' failed'}", error=RemoteStoreError, hint=hint)
 
 
 def _shared_loop() -> asyncio.AbstractEventLoop:
