@@ -27,7 +27,7 @@ from neuronc.store._records import (
     StoreEntry,
     Verified,
 )
-from neuronc.store.local import STORE_ENV, LocalStore, Store, default_store_path, model_slug
+from neuronc.store.local import STORE_ENV, LocalStore, default_store_path, model_slug
 from neuronc.store.remote.url import (
     OBJECTS_DIR,
     StoreURL,
@@ -113,7 +113,6 @@ __all__ = [
     "Removed",
     "Repair",
     "RepairAction",
-    "Store",
     "StoreEntry",
     "StoreURL",
     "UploadResult",

@@ -432,10 +432,6 @@ class LocalStore(BundleStore):
                 slug.rmdir()
 
 
-# The name every caller knows; ``LocalStore`` says which implementation of ``BundleStore`` it is.
-Store = LocalStore
-
-
 def _subdirs(path: Path, *, skip_hidden: bool = False) -> builtins.list[Path]:
     """Real (non-symlink) subdirectories, sorted; an unreadable or vanished directory has none."""
     try:
@@ -476,4 +472,4 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-__all__ = ["STORE_ENV", "LocalStore", "Store", "default_store_path", "model_slug"]
+__all__ = ["STORE_ENV", "LocalStore", "default_store_path", "model_slug"]
