@@ -180,7 +180,7 @@ def hf_cache_statuses(
         unchecked = HfCacheStatus(CacheStatus.UNKNOWN, None, reason="not checked (pass --snapshot DIR or --online)")
         return [unchecked] * len(specs)
     source_name = str(snapshot) if snapshot is not None else "hub"
-    from neuronc.hubcache import HubSource, SnapshotSource, lookup_builds
+    from neuronc.hubcache import HubSource, LookupStatus, SnapshotSource, lookup_builds
 
     try:
         source: Any = SnapshotSource(snapshot) if snapshot is not None else HubSource.from_environment()
@@ -193,10 +193,14 @@ def hf_cache_statuses(
             raise
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {short_reason(exc)}")
         return [failed] * len(specs)
-    by_result = {"hit": CacheStatus.HIT, "miss": CacheStatus.MISS, "not-applicable": CacheStatus.NOT_APPLICABLE}
+    by_result = {
+        LookupStatus.HIT: CacheStatus.HIT,
+        LookupStatus.MISS: CacheStatus.MISS,
+        LookupStatus.NOT_APPLICABLE: CacheStatus.NOT_APPLICABLE,
+    }
     return [
         HfCacheStatus(
-            by_result.get(str(result.status), CacheStatus.UNKNOWN),
+            by_result.get(result.status, CacheStatus.UNKNOWN),
             source_name,
             hits=len(result.hits),
             nearest=len(result.nearest),
@@ -290,7 +294,7 @@ def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
                 tp_degree=spec.tp_degree,
                 batch_size=spec.batch_size,
                 runner=choose_runner(spec.target, spec.tp_degree, host_bytes=host, options=spec.options),
-                preflight=est.status,
+                preflight=str(est.status),
                 graphs=est.graphs,
             )
         )

@@ -17,6 +17,7 @@ from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError
 from neuronc.fsutil import NotRegularFileError, disk_full_as_error, open_regular
 from neuronc.store._records import Removed, Repair, RepairAction, StoreEntry, Verified
+from neuronc.store.remote.io import FsOp
 from neuronc.store.remote.signatures import read_stored_signature, sync_signature
 from neuronc.store.remote.transfer import download_object, hash_object, object_problem, upload_files
 from neuronc.store.remote.url import OBJECTS_DIR, object_rel
@@ -196,7 +197,7 @@ def _drop(store: RemoteStore, bad: set[str]) -> list[Removed]:
             removed.append(Removed(other.location, other.size, "names a damaged object"))
 
     def rm(sha: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: store.io.op("rm_file", store.io.path(object_rel(sha)), missing_ok=True)
+        return lambda: store.io.op(FsOp.RM_FILE, store.io.path(object_rel(sha)), missing_ok=True)
 
     store.io.run_all("removing damaged objects", [(0, rm(sha)) for sha in sorted(bad)])
     for sha in sorted(bad):

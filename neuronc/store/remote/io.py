@@ -28,6 +28,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from neuronc.errors import (
@@ -54,6 +55,18 @@ _SETTINGS = (
     ("deadline", "NEURONC_REMOTE_DEADLINE", 20.0, 0.1),
     ("min_rate", "NEURONC_REMOTE_MIN_RATE", float(MiB), 1.0),
 )
+
+
+class FsOp(StrEnum):
+    """The fsspec file-system methods a remote store calls (``RemoteIO.op``; async ones get a ``_``)."""
+
+    CAT_FILE = "cat_file"
+    INFO = "info"
+    LS = "ls"
+    PIPE_FILE = "pipe_file"
+    PUT_FILE = "put_file"
+    RM_FILE = "rm_file"
+    FIND = "find"
 
 
 @dataclass(frozen=True)
@@ -158,7 +171,7 @@ class RemoteIO:
         self.fs.invalidate_cache()
 
     # -- one call -------------------------------------------------------------------------------
-    async def op(self, method: str, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
+    async def op(self, method: FsOp, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """``fs.<method>(*args)`` as a coroutine; None for a missing path when ``missing_ok``."""
         try:
             if self.is_async:
@@ -169,7 +182,7 @@ class RemoteIO:
                 return None
             raise
 
-    def call(self, what: str, method: str, *args: Any, size: int = 0, missing_ok: bool = False, **kwargs: Any) -> Any:
+    def call(self, what: str, method: FsOp, *args: Any, size: int = 0, missing_ok: bool = False, **kwargs: Any) -> Any:
         """One remote call, within the deadline (plus transfer time for ``size`` bytes)."""
         return self.run(what, lambda: self.op(method, *args, missing_ok=missing_ok, **kwargs), size=size)
 
