@@ -348,7 +348,7 @@ class LocalStore(BundleStore):
             return [e for e in self.list() if Path(e.location).resolve() == target]
         return super().find(key)
 
-    def _discard(self, entry: StoreEntry) -> None:
+    def discard(self, entry: StoreEntry) -> None:
         self.discard_path(Path(entry.location))
 
     def discard_path(self, path: Path) -> None:
@@ -382,7 +382,7 @@ class LocalStore(BundleStore):
                 continue
             problems = checked.report.problems()
             size = tree_bytes(Path(entry.location))
-            self._discard(entry)
+            self.discard(entry)
             removed = [Removed(entry.location, size, "failed verification")]
             usable = source is not None and _same_keys(Path(source), entry.manifest) and verify_bundle(source).ok
             if usable and source is not None:

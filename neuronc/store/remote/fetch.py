@@ -193,7 +193,7 @@ def _drop(store: RemoteStore, bad: set[str]) -> list[Removed]:
     removed: list[Removed] = []
     for other in store.list():
         if bad & {f.sha256 for f in other.manifest.files}:
-            store._discard(other)
+            store.discard(other)
             removed.append(Removed(other.location, other.size, "names a damaged object"))
 
     def rm(sha: str) -> Callable[[], Awaitable[Any]]:

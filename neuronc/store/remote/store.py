@@ -432,7 +432,7 @@ class RemoteStore(BundleStore):
         entries.sort(key=lambda e: e.manifest.created_at, reverse=True)
         return entries
 
-    def _discard(self, entry: StoreEntry) -> None:
+    def discard(self, entry: StoreEntry) -> None:
         """Delete the manifest: the bundle is gone at once (its objects go at the next gc)."""
         self.io.call("removing a manifest", FsOp.RM_FILE, self.io.path(f"{entry.rel}/{MANIFEST_NAME}"))
         self._clear_pending(entry.manifest.config_hash, entry.manifest.toolchain_key)
