@@ -1,7 +1,7 @@
 """Moving bundle files to and from a remote store: uploads, the manifest's conditional write, verified downloads.
 
 Every function here takes the store's ``RemoteIO``, so each transfer is bounded in time and
-cancelled by Ctrl-C like any other remote call (neuronc.store.remote.io).
+cancelled by Ctrl-C like any other remote call (neuronc.store.remote_io).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from neuronc.bundle import MANIFEST_NAME, FileEntry, Manifest
 from neuronc.bundle.publish import PublishStatus
 from neuronc.errors import VerificationError
 from neuronc.fsutil import disk_full_as_error
-from neuronc.store.remote.io import FsOp, RemoteIO, precondition_failed, unsupported
-from neuronc.store.remote.url import object_rel
+from neuronc.store.remote_io import FsOp, RemoteIO, precondition_failed, unsupported
+from neuronc.store.remote_url import object_rel
 
 CHUNK = 1 << 20
 

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 from neuronc.bundle import Manifest
 from neuronc.bundle.signature import read_signature, remove_signature, signature_limit, write_signature
 from neuronc.errors import SignatureError
-from neuronc.store.remote.io import FsOp
+from neuronc.store.remote_io import FsOp
 
 if TYPE_CHECKING:
-    from neuronc.store.remote.io import RemoteIO
+    from neuronc.store.remote_io import RemoteIO
 
 SIGNATURES_DIR = "signatures"
 

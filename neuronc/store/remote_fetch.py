@@ -17,13 +17,13 @@ from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError
 from neuronc.fsutil import NotRegularFileError, disk_full_as_error, open_regular
 from neuronc.store._records import Removed, Repair, RepairAction, StoreEntry, Verified
-from neuronc.store.remote.io import FsOp
-from neuronc.store.remote.signatures import read_stored_signature, sync_signature
-from neuronc.store.remote.transfer import download_object, hash_object, object_problem, upload_files
-from neuronc.store.remote.url import OBJECTS_DIR, object_rel
+from neuronc.store.remote_io import FsOp
+from neuronc.store.remote_signatures import read_stored_signature, sync_signature
+from neuronc.store.remote_transfer import download_object, hash_object, object_problem, upload_files
+from neuronc.store.remote_url import OBJECTS_DIR, object_rel
 
 if TYPE_CHECKING:
-    from neuronc.store.remote import RemoteStore
+    from neuronc.store.remote_store import RemoteStore
 
 
 def repair_hint(store: RemoteStore, config_hash: str) -> str:

@@ -39,7 +39,7 @@ from neuronc.errors import (
     foreign_row,
     from_foreign,
 )
-from neuronc.store.remote.url import StoreURL
+from neuronc.store.remote_url import StoreURL
 
 T = TypeVar("T")
 MiB = 1024 * 1024

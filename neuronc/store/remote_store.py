@@ -58,16 +58,16 @@ from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, ma
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store.local import LocalStore
-from neuronc.store.remote.io import FsOp, RemoteIO, RemoteSettings
-from neuronc.store.remote.signatures import signature_rel, upload_signature
-from neuronc.store.remote.transfer import (
+from neuronc.store.remote_io import FsOp, RemoteIO, RemoteSettings
+from neuronc.store.remote_signatures import signature_rel, upload_signature
+from neuronc.store.remote_transfer import (
     UploadResult,
     hf_commit,
     overwrite_manifest,
     upload_files,
     write_manifest,
 )
-from neuronc.store.remote.url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
+from neuronc.store.remote_url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
 
 # Objects younger than this are never collected: a publisher may still be about to write its manifest.
 DEFAULT_GC_GRACE_SECONDS = 24 * 3600
@@ -221,7 +221,7 @@ class RemoteStore(BundleStore):
 
     def materialize(self, rel: str, manifest: Manifest, raw: bytes) -> Path:
         """The stored bundle as a directory in the local cache (objects downloaded and verified)."""
-        from neuronc.store.remote.fetch import materialize
+        from neuronc.store.remote_fetch import materialize
 
         path = materialize(self, rel, manifest, raw)
         self._clear_pending(manifest.config_hash, manifest.toolchain_key)
@@ -439,13 +439,13 @@ class RemoteStore(BundleStore):
 
     def verify(self, key: str, *, jobs: int | None = None) -> builtins.list[Verified]:
         """Download and hash every object of the bundles ``key`` names (nothing is kept)."""
-        from neuronc.store.remote.fetch import verify_entry
+        from neuronc.store.remote_fetch import verify_entry
 
         return [verify_entry(self, entry) for entry in self.select(key, all_matches=True)]
 
     def repair(self, key: str, *, source: str | os.PathLike[str] | None = None) -> builtins.list[Repair]:
         """Verify; upload damaged objects again from verified local copies, or drop what cannot be mended."""
-        from neuronc.store.remote.fetch import repair_entry
+        from neuronc.store.remote_fetch import repair_entry
 
         return [repair_entry(self, checked, source) for checked in self.verify(key)]
 
