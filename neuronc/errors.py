@@ -304,21 +304,22 @@ NETWORK = Foreign(
 )
 
 # What the Hub answers about a repository that is not there for this user: exit 2, whoever asked.
-HUB_REFUSED = (
-    Foreign(
-        "the Hub has no such repository, or it is gated",
-        _hub_error("RepositoryNotFoundError", "GatedRepoError"),
-        InvalidInputError,
-        _HF_TOKEN_HINT,
-    ),
-    Foreign(
-        "the Hub repository has no such revision",
-        _hub_error("RevisionNotFoundError"),
-        InvalidInputError,
-        "pin a commit, tag or branch that exists",
-    ),
-    Foreign("the Hub refused the credentials (401, 403)", _hub_access_refused, InvalidInputError, _HF_TOKEN_HINT),
+HUB_NOT_FOUND = Foreign(
+    "the Hub has no such repository, or it is gated",
+    _hub_error("RepositoryNotFoundError", "GatedRepoError"),
+    InvalidInputError,
+    _HF_TOKEN_HINT,
 )
+HUB_NO_REVISION = Foreign(
+    "the Hub repository has no such revision",
+    _hub_error("RevisionNotFoundError"),
+    InvalidInputError,
+    "pin a commit, tag or branch that exists",
+)
+HUB_DENIED = Foreign(
+    "the Hub refused the credentials (401, 403)", _hub_access_refused, InvalidInputError, _HF_TOKEN_HINT
+)
+HUB_REFUSED = (HUB_NOT_FOUND, HUB_NO_REVISION, HUB_DENIED)
 
 # Sigstore's clients (sigstore, tuf, id) say "unreachable" with these classes of their own.
 _SIGSTORE_UNREACHABLE_NAMES = frozenset(

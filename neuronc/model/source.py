@@ -12,7 +12,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import DISK_FULL, HUB_REFUSED, CheckpointError, InvalidInputError, foreign_row, from_foreign
+from neuronc.errors import (
+    DISK_FULL,
+    HUB_NO_REVISION,
+    HUB_REFUSED,
+    CheckpointError,
+    InvalidInputError,
+    foreign_row,
+    from_foreign,
+)
 from neuronc.fsutil import disk_full_error
 from neuronc.model.files import local_model_dir
 from neuronc.model.hfcache import COMMIT_RE, cached_commit, hub_cache_dir, hub_offline
@@ -58,7 +66,8 @@ def _hub_commit(model_id: str, revision: str) -> str | None:
         if row not in HUB_REFUSED:
             return None  # the hub is unreachable: fall back to what the local cache knows
         msg = f"model '{model_id}' is not a directory and not an accessible Hugging Face repo at '{revision}'"
-        raise row.convert(exc, msg, error=CheckpointError, hint=_HUB_HINT) from None
+        hint = None if row is HUB_NO_REVISION else _HUB_HINT  # the row's: pin a revision that exists
+        raise row.convert(exc, msg, error=CheckpointError, hint=hint) from None
     sha = getattr(info, "sha", None)
     return sha if isinstance(sha, str) and COMMIT_RE.fullmatch(sha) else None
 
