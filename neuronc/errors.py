@@ -320,6 +320,12 @@ HUB_DENIED = Foreign(
     "the Hub refused the credentials (401, 403)", _hub_access_refused, InvalidInputError, _HF_TOKEN_HINT
 )
 HUB_REFUSED = (HUB_NOT_FOUND, HUB_NO_REVISION, HUB_DENIED)
+HUB_INVALID_ID = Foreign(
+    "not a Hugging Face repository id (huggingface_hub's validate_repo_id)",
+    _hub_error("HFValidationError"),
+    InvalidInputError,
+    "a repository id is namespace/name, e.g. aws-neuron/optimum-neuron-cache",
+)
 
 # Sigstore's clients (sigstore, tuf, id) say "unreachable" with these classes of their own.
 _SIGSTORE_UNREACHABLE_NAMES = frozenset(
@@ -354,6 +360,7 @@ SIGSTORE_UNREACHABLE = Foreign(
 FOREIGN_ERRORS: tuple[Foreign, ...] = (
     DISK_FULL,
     *HUB_REFUSED,
+    HUB_INVALID_ID,
     Foreign(
         "offline, and the files are not in the local Hugging Face cache",
         _hub_error("LocalEntryNotFoundError", "OfflineModeIsEnabled"),

@@ -178,7 +178,14 @@ def test_each_release_serves_from_a_writable_cache_with_a_miss_fatal(
         service = _service(files, f"vllm-{index}")
         assert service["image"] == rendered.image
         assert service["environment"] == {"VLLM_CACHE_ROOT": CONTAINER_CACHE, **env}
-        assert service["volumes"] == [f"{bundle.absolute()}/artifacts:/bundle/artifacts:ro"]
+        assert service["volumes"] == [
+            {
+                "type": "bind",
+                "source": f"{bundle.absolute()}/artifacts",
+                "target": "/bundle/artifacts",
+                "read_only": True,
+            }
+        ]
         command = service["command"]
         assert command[:2] == ["sh", "-c"] and "/bundle/artifacts/vllm-cache/." in command[2]
         assert command[4:7] == ["vllm", "serve", "/bundle/artifacts/checkpoint"]

@@ -66,6 +66,16 @@ def _import_error() -> ImportError:
     raise AssertionError("imported a module that does not exist")
 
 
+def _invalid_repo_id() -> Exception:
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
+
+    try:
+        validate_repo_id("not a repo id!")
+    except Exception as exc:
+        return exc
+    raise AssertionError("validate_repo_id accepted 'not a repo id!'")
+
+
 def _copytree_disk_full() -> shutil.Error:
     return shutil.Error([("a", "b", "[Errno 28] No space left on device: 'b'")])
 
@@ -86,6 +96,10 @@ SAMPLES: dict[str, tuple[list[BaseException], int]] = {
     ),
     "the Hub refused the credentials (401, 403)": (
         [HfHubHTTPError("401", response=_response(401)), HfHubHTTPError("403", response=_response(403))],
+        EXIT_INVALID_INPUT,
+    ),
+    "not a Hugging Face repository id (huggingface_hub's validate_repo_id)": (
+        [_invalid_repo_id()],
         EXIT_INVALID_INPUT,
     ),
     "offline, and the files are not in the local Hugging Face cache": (

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from neuronc.errors import InvalidInputError
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import BuildContext, resolve_build
 from neuronc.pipeline.local import Executor, LocalExecutor
 from neuronc.pipeline.messages import Log, logging_to
 from neuronc.pipeline.report import BuildReport
@@ -29,6 +29,7 @@ def compile_profiles(
     out_dir: str | os.PathLike[str] | None = None,
     jobs: int | None = None,
     only: Sequence[str] | None = None,
+    revision: str | None = None,
     require_hit: bool = False,
     progress: ProgressSink = NULL_PROGRESS,
     on_report: Callable[[BuildReport], None] | None = None,
@@ -38,12 +39,15 @@ def compile_profiles(
     """Compile every build of every profile; return one report per build.
 
     Args:
-        paths: profile YAML files; every one is loaded and validated before any work starts.
+        paths: profile YAML files, or directories of them (their *.yaml and *.yml files); every one
+            is loaded and validated before any work starts.
         store: a store object, a location (directory, s3://, hf://), or None for the default store.
         out_dir: also place the bundle here (the bundle itself for a single build; one
             sub-directory per bundle when the run has several).
         jobs: graphs compiled in parallel (default: the number of cores).
         only: build only the builds whose config hash starts with one of these keys.
+        revision: the commit every hub model's revision resolves to (a matrix entry's ``revision``):
+            the builds are keyed and built at it, whatever the revision points at now.
         require_hit: never compile; a build that is not in the store fails with exit 6.
         progress: where stage and graph progress goes.
         on_report: called with each report as soon as its build ends.
@@ -59,13 +63,18 @@ def compile_profiles(
         InvalidInputError: ``only`` matches no build.
         KeyboardInterrupt: after the running build's staging directory is removed.
     """
-    from neuronc.profile import load_builds
+    from neuronc.profile import expand_profile_paths, load_builds
 
-    specs = load_builds(paths)
+    commit = _commit_option(revision)
+    specs = load_builds(expand_profile_paths(paths))
     if not specs:
         raise InvalidInputError("no builds to compile")
     with logging_to(log):
-        contexts: list[BuildContext | None] = list(select_builds(specs, only)) if only else [None] * len(specs)
+        contexts: list[BuildContext | None] = [None] * len(specs)
+        if only:
+            contexts = list(select_builds(specs, only, commit))
+        elif commit is not None:
+            contexts = [resolve_build(spec, strict=False, commit=commit) for spec in specs]
         selected = [c.spec for c in contexts if c is not None] if only else list(specs)
         options = BuildOptions(
             jobs=jobs or default_jobs(),
@@ -81,3 +90,16 @@ def compile_profiles(
 
 def _ignore(report: BuildReport) -> None:
     pass
+
+
+def _commit_option(revision: str | None) -> str | None:
+    """``--revision``: a 40-hex commit, or empty (a matrix entry of a local model has none)."""
+    if revision is None or not revision.strip():
+        return None
+    from neuronc.model.hfcache import COMMIT_RE
+
+    commit = revision.strip().lower()
+    if not COMMIT_RE.fullmatch(commit):
+        msg = f"--revision takes the 40-hex commit a matrix entry names (its `revision`), got {revision!r}"
+        raise InvalidInputError(msg, hint="`neuronc matrix PROFILE --format json` lists each build's revision")
+    return commit

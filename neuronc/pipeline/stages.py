@@ -223,7 +223,7 @@ def _keep_logs(exc: CompileError, staging: Path, ctx: BuildContext) -> None:
         kept = failed_logs_root() / f"{ctx.config.short}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         try:
             kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(logs, kept)
+            shutil.copytree(logs, kept, symlinks=True)  # a link a backend left is not followed
         except OSError:
             kept = None  # keeping logs is best effort: the compile error itself is what matters
     log_path = Path(exc.log_path) if exc.log_path else None

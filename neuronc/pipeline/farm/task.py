@@ -1,9 +1,11 @@
 """What runs on a node of the Ray cluster: one build, through the same ``build_one`` a local compile runs.
 
-The task resolves the build on the node (its backend, its toolchain: the key is the node's), looks it
-up in the shared store and on a miss compiles and publishes it there. It sends what happens to the
-driver through a Ray queue (started on which node, messages for people) and returns the report as
-JSON, which the driver turns back into a ``BuildReport`` (``report_from_worker``).
+The task builds what the driver resolved (``BuildIdentity``: the commit, the key, the toolchain): it
+never resolves the model's revision again, and a node whose toolchain or environment would give
+another key fails that build (exit 5, naming what differs) rather than publish a key the driver never
+selected. It looks the key up in the shared store and on a miss compiles and publishes it there. It
+sends what happens to the driver through a Ray queue (started on which node, messages for people)
+and returns the report as JSON, which the driver turns back into a ``BuildReport`` (``report_from_worker``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from neuronc.errors import CompileError, NeuroncError
+from neuronc.pipeline.identity import BuildIdentity
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, StageReport
 from neuronc.resources import WorkPool
 from neuronc.spec import BuildSpec
@@ -93,6 +96,7 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
         events, {"index": index, "event": "started", "node": node, "pid": os.getpid(), "host": socket.gethostname()}
     )
     spec = BuildSpec.model_validate(payload["spec"])
+    identity = BuildIdentity.from_json(payload["identity"])
     jobs = int(payload["jobs"])
     # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
     pool = WorkPool(jobs)
@@ -104,7 +108,7 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
     def body() -> None:
         try:
             with logging_to(lambda message: emit("say", message=message)):
-                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options)
+                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options, identity=identity)
         except BaseException as exc:  # handed to the task's thread, which raises it
             outcome["raised"] = exc
         finally:
