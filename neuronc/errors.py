@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, overload
+from typing import ClassVar
 
 EXIT_OK = 0
 EXIT_UNEXPECTED = 1
@@ -381,28 +381,6 @@ def foreign_row(exc: BaseException) -> Foreign | None:
     return next((row for row in FOREIGN_ERRORS if row.matches(exc)), None)
 
 
-@overload
-def from_foreign(
-    exc: ImportError,
-    doing: str,
-    *,
-    error: type[NeuroncError] | None = None,
-    hint: str | None = None,
-    details: Sequence[str] = (),
-) -> NeuroncError: ...
-
-
-@overload
-def from_foreign(
-    exc: BaseException,
-    doing: str,
-    *,
-    error: type[NeuroncError] | None = None,
-    hint: str | None = None,
-    details: Sequence[str] = (),
-) -> NeuroncError | None: ...
-
-
 def from_foreign(
     exc: BaseException,
     doing: str,
@@ -412,7 +390,7 @@ def from_foreign(
     details: Sequence[str] = (),
 ) -> NeuroncError | None:
     """The NeuroncError the table maps ``exc`` to (``Foreign.convert``); None when no row matches.
-    Every ImportError has a row (MISSING_LIBRARY): for one, the result is never None.
+    A handler of one kind of exception (ImportError) converts through its row: ``MISSING_LIBRARY.convert``.
     """
     row = foreign_row(exc)
     return None if row is None else row.convert(exc, doing, error=error, hint=hint, details=details)

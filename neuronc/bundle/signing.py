@@ -52,12 +52,12 @@ from neuronc.bundle.signing_material import (
     signing_password,
 )
 from neuronc.errors import (
+    MISSING_LIBRARY,
     SIGSTORE_UNREACHABLE,
     InvalidInputError,
     NeuroncError,
     SignatureError,
     SignatureMissingError,
-    from_foreign,
     short_reason,
 )
 from neuronc.resources import default_jobs
@@ -96,7 +96,9 @@ def library() -> tuple[ModuleType, ModuleType, ModuleType]:
     try:
         from model_signing import hashing, signing, verifying
     except ImportError as exc:
-        raise from_foreign(exc, "signing bundles needs the model-signing library", hint=INSTALL_HINT) from None
+        raise MISSING_LIBRARY.convert(
+            exc, "signing bundles needs the model-signing library", hint=INSTALL_HINT
+        ) from None
     return signing, verifying, hashing
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.bundle.signature import CERTIFICATE, KEY, SIGSTORE
-from neuronc.errors import InvalidInputError, from_foreign, safe_text
+from neuronc.errors import MISSING_LIBRARY, InvalidInputError, safe_text
 
 SIGNING_KEY_ENV = "NEURONC_SIGNING_KEY"
 SIGNING_CERT_ENV = "NEURONC_SIGNING_CERT"
@@ -266,7 +266,9 @@ def require_sign_extra() -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise from_foreign(exc, "signing and checking signatures needs the sign extra", hint=INSTALL_HINT) from None
+            raise MISSING_LIBRARY.convert(
+                exc, "signing and checking signatures needs the sign extra", hint=INSTALL_HINT
+            ) from None
 
 
 def signer_trust(signer: Signer, directory: Path, password: bytes | None) -> TrustRoot | None:

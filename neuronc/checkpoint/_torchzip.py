@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import CheckpointError, from_foreign, safe_text
+from neuronc.errors import MISSING_LIBRARY, CheckpointError, safe_text
 
 if TYPE_CHECKING:
     import torch
@@ -74,7 +74,7 @@ def load_bin(path: Path, *, display: str) -> dict[str, Any]:
         import torch
     except ImportError as exc:
         msg = f"{display}: reading .bin checkpoints needs torch"
-        raise from_foreign(exc, msg, hint="pip install 'neuronc[cpu]', or use safetensors") from None
+        raise MISSING_LIBRARY.convert(exc, msg, hint="pip install 'neuronc[cpu]', or use safetensors") from None
     import pickle
 
     try:

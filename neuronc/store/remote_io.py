@@ -32,6 +32,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from neuronc.errors import (
+    MISSING_LIBRARY,
     NETWORK,
     InvalidInputError,
     NeuroncError,
@@ -144,7 +145,9 @@ class RemoteIO:
             try:
                 import s3fs
             except ImportError as exc:
-                raise from_foreign(exc, "s3:// stores need s3fs", hint="pip install 'neuronc[remote]'") from None
+                raise MISSING_LIBRARY.convert(
+                    exc, "s3:// stores need s3fs", hint="pip install 'neuronc[remote]'"
+                ) from None
             options = {
                 "skip_instance_cache": True,
                 "use_listings_cache": False,

@@ -59,7 +59,7 @@ from neuronc.backends.neuron.files import (
 )
 from neuronc.backends.neuron.nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
 from neuronc.backends.neuron.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, from_foreign
+from neuronc.errors import MISSING_LIBRARY, EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hardware import chip
 from neuronc.hfcompat import legacy_rope_fields
 from neuronc.keys import CompilerFlagsMode
@@ -288,7 +288,7 @@ class NxdiBackend(NeuronBackend):
         try:
             model_cls = getattr(importlib.import_module(module_name), class_name)
         except ImportError as exc:
-            raise from_foreign(exc, missing, hint=hint) from None
+            raise MISSING_LIBRARY.convert(exc, missing, hint=hint) from None
         except AttributeError:
             raise EnvironmentIncompatibleError(missing, hint=hint) from None
         from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
