@@ -280,7 +280,8 @@ class Foreign:
         of the row's; any other class is ignored, so the exit code stays the table's), ``hint``
         replaces the row's with one naming the site's own flag or file."""
         cls = error if error is not None and issubclass(error, self.error) else self.error
-        return cls(f"{doing}: {short_reason(exc)}", hint=hint or self.hint, details=details)
+        message = f"{doing}: {short_reason(exc)}" if str(exc).strip() else doing  # TimeoutError() says nothing
+        return cls(message, hint=hint or self.hint, details=details)
 
 
 _HF_TOKEN_HINT = "check the repo id; a private or gated repository needs HF_TOKEN (or `hf auth login`)"

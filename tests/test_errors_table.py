@@ -35,6 +35,7 @@ from neuronc.errors import (
     RemoteStoreError,
     foreign_row,
     from_foreign,
+    short_reason,
 )
 
 
@@ -142,7 +143,7 @@ def test_each_row_maps_its_foreign_exceptions(row: object) -> None:
         assert type(error) is row.error  # type: ignore[attr-defined]
         assert error.exit_code == exit_code
         assert error.hint == row.hint  # type: ignore[attr-defined]
-        assert error.message.startswith("doing it: ")
+        assert error.message == (f"doing it: {short_reason(exc)}" if str(exc) else "doing it")
 
 
 def test_a_site_narrows_the_class_but_never_the_exit_code() -> None:
