@@ -51,22 +51,14 @@ def handle_errors(func: F) -> F:
             out.error(exc)
             raise cli.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            if out.json_mode:
-                out.error(Interrupted("interrupted"))  # the error document on stdout, "interrupted" on stderr
-            else:
-                out.info("interrupted")
-            raise cli.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(report_interrupted()) from None
         except cli.Exit:
             raise  # the command ended itself (with --json it printed its document): not a library's exception
         except Exception:
             if not interrupted():
                 raise
             # A Ctrl-C that a library turned into an exception of its own: still an interruption.
-            if out.json_mode:
-                out.error(Interrupted("interrupted"))
-            else:
-                out.info("interrupted")
-            raise cli.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(report_interrupted()) from None
         finally:
             out.end_command()
             _COMMAND_ENDED.append(True)
@@ -83,6 +75,13 @@ def exit_interrupted(args: list[str]) -> int:
     ``interrupted`` on stderr and with ``--json`` the error document on stdout; returns 130."""
     if _json_requested(args):
         out.configure(json_mode=True)
+    return report_interrupted()
+
+
+def report_interrupted() -> int:
+    """What every command says for a Ctrl-C (or SIGTERM): ``interrupted`` on stderr, and with ``--json``
+    the error document on stdout; returns 130."""
+    if out.json_mode:
         out.error(Interrupted("interrupted"))
     else:
         out.info("interrupted")

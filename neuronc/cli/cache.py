@@ -257,7 +257,7 @@ def _miss(message: str) -> None:
 
 
 def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, require_hit: bool) -> None:
-    from neuronc.hubcache import BuildStatus, lookup_builds
+    from neuronc.hubcache import LookupStatus, lookup_builds
     from neuronc.hubcache.paths import printable
     from neuronc.profile import load_profile
 
@@ -266,7 +266,7 @@ def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, re
         out.warning(warning)
     builds, registry = _with_progress(lambda p: lookup_builds(loaded.builds, source, constraints, progress=p))
     _report_registry(registry)
-    misses = [b for b in builds if b.status == BuildStatus.MISS]
+    misses = [b for b in builds if b.status == LookupStatus.MISS]
     data = {
         "schema_version": 1,
         "kind": "profile",

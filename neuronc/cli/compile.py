@@ -208,12 +208,14 @@ def compile_command(
 
 def _announce(report: BuildReport) -> None:
     """One line on stderr as each build ends (the table comes at the end)."""
+    from neuronc.pipeline import BuildStatus
+
     where = report.out or report.bundle
-    if report.status == "hit":
+    if report.status == BuildStatus.HIT:
         out.success(f"{report.label}: store hit {(report.config_hash or '')[:12]} → {where}")
-    elif report.status == "built":
+    elif report.status == BuildStatus.BUILT:
         out.success(f"{report.label}: built {(report.config_hash or '')[:12]} in {report.wall_seconds:.1f}s → {where}")
-    elif report.status == "skipped":
+    elif report.status == BuildStatus.SKIPPED:
         out.warning(f"{report.label}: skipped")
     else:
         out.warning(f"{report.label}: failed (exit {report.exit_code})")
@@ -222,6 +224,8 @@ def _announce(report: BuildReport) -> None:
 
 
 def _render(reports: list[Any]) -> None:
+    from neuronc.pipeline import BuildStatus
+
     rows = [
         [
             r.label,
@@ -240,7 +244,7 @@ def _render(reports: list[Any]) -> None:
         optional=["config", "graphs", "peak RSS"],
     )
     for r in reports:
-        if r.status == "built" and r.stages:
+        if r.status == BuildStatus.BUILT and r.stages:
             out.print(f"{r.label} stages: " + " · ".join(f"{s.name} {s.seconds:.2f}s" for s in r.stages))
     for r in reports:
         if r.out or r.bundle:
@@ -248,9 +252,11 @@ def _render(reports: list[Any]) -> None:
 
 
 def _graphs_cell(report: Any) -> str:
+    from neuronc.pipeline import BuildStatus
+
     if not report.graphs:
         return ""
-    if report.status == "hit":
+    if report.status == BuildStatus.HIT:
         return str(len(report.graphs))
     cached = sum(1 for g in report.graphs if g.get("cache_hit"))
     return f"{len(report.graphs)} ({cached} cached)" if cached else str(len(report.graphs))
