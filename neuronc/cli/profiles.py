@@ -29,7 +29,8 @@ def describe_profile(path: Path) -> dict[str, Any]:
                 "name": spec.name,
                 "matrix": spec.matrix_values,
                 "config_hash": ctx.key_text,
-                "hashed_fields": list(HASHED_FIELDS),
+                # The fields this build's key covers ("environment" only where its backend names variables).
+                "hashed_fields": list(ctx.config_key.fields if ctx.config_key is not None else HASHED_FIELDS),
                 "normalized": spec.normalized(),
                 "plan": ctx.plan.to_json(),
                 "neuron_sdk": release_json(ctx.backend.release_for(spec), spec.backend),
