@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -24,6 +24,9 @@ from neuronc.cli._signing import (
     trust_for,
 )
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
+
+if TYPE_CHECKING:
+    from neuronc.bundle import Manifest
 
 BundleArg = Annotated[Path, cli.Argument(help="Bundle directory.", show_default=False)]
 BundleOrUrlArg = Annotated[
@@ -64,18 +67,18 @@ def inspect_command(
     manifest = read_manifest(bundle)
     data = bundle_summary(manifest, bundle)
     if data["load_snippet"] is None:
-        data["load_snippet"] = _backend_snippet(manifest.backend, bundle)
+        data["load_snippet"] = _backend_snippet(manifest, bundle)
     failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
     _finish(data, lambda: _render(data), failure)
 
 
-def _backend_snippet(backend: str, bundle: Path) -> str | None:
+def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
     """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
-    from neuronc.backends import get_backend, is_registered
+    from neuronc.backends import is_registered, resolve_backend
 
-    if not is_registered(backend):
+    if not is_registered(manifest.backend):
         return None
-    return get_backend(backend).load_snippet(str(bundle.absolute()))
+    return resolve_backend(manifest).load_snippet(str(bundle.absolute()))
 
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
@@ -234,11 +237,11 @@ def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> Ne
 
 def environment_comparison(manifest: Any) -> dict[str, Any]:
     """compare_toolchain against the installed versions of the bundle's backend, as JSON."""
-    from neuronc.backends import get_backend
+    from neuronc.backends import resolve_backend
     from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
 
     try:
-        installed = get_backend(manifest.backend).toolchain_versions()
+        installed = resolve_backend(manifest).toolchain_versions()
     except (NeuroncError, ImportError) as exc:
         reason = exc.message if isinstance(exc, NeuroncError) else str(exc)
         return {

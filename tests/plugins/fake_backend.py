@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from neuronc.backends import bind_backend
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
 from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, WeightsSource
 from neuronc.keys import ConfigKey
@@ -79,7 +80,8 @@ def make_spec(**overrides: Any) -> BuildSpec:
         "options": {},
     }
     data.update(overrides)
-    return BuildSpec(**data)
+    # Built as the profile loader builds a spec: bound to its Backend object once.
+    return bind_backend(BuildSpec(**data))
 
 
 def build_bundle(
