@@ -25,6 +25,7 @@ from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
     from neuronc.pipeline import BuildReport
+    from neuronc.pipeline.local import Executor
 
 OutDirOpt = Annotated[
     Path | None,
@@ -119,7 +120,7 @@ def compile_command(
             "--ray-connect-timeout": ray_connect_timeout,
         },
     )
-    runner: Any = None
+    runner: Executor | None = None
     if executor == ExecutorName.RAY:
         from neuronc.pipeline.farm import RayExecutor
 
@@ -133,11 +134,11 @@ def compile_command(
             connect_timeout=ray_connect_timeout,
         )
         runner = RayExecutor(settings)
-    reports: list[Any] = []
+    reports: list[BuildReport] = []
     signatures: list[dict[str, Any]] = []
     unsigned: list[str] = []
 
-    def on_report(report: Any) -> None:
+    def on_report(report: BuildReport) -> None:
         reports.append(report)
         _announce(report)
 
@@ -221,7 +222,7 @@ def _announce(report: BuildReport) -> None:
         out.info(f"{report.label}: {message}")
 
 
-def _render(reports: list[Any]) -> None:
+def _render(reports: list[BuildReport]) -> None:
     rows = [
         [
             r.label,
@@ -247,7 +248,7 @@ def _render(reports: list[Any]) -> None:
             out.print(f"{r.label} → {r.out or r.bundle}")
 
 
-def _graphs_cell(report: Any) -> str:
+def _graphs_cell(report: BuildReport) -> str:
     if not report.graphs:
         return ""
     if report.status == "hit":

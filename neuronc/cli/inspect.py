@@ -6,7 +6,7 @@ a bundle is untrusted data (tests/test_inspect_hostile.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -47,7 +47,7 @@ AgainstEnvOpt = Annotated[
 # (neuronc.accuracy.accuracy_check(...) returns one). A check takes (bundle_dir, manifest), returns
 # JSON-ready data stored under its name, and raises a NeuroncError to fail. To add one to `verify`,
 # declare its option on verify_command and pass extra={"accuracy": check} to _run_checks.
-VerifyCheck = Callable[[Path, Any], dict[str, Any]]
+VerifyCheck = Callable[[Path, "Manifest"], dict[str, Any]]
 
 
 @command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
@@ -180,7 +180,7 @@ def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | N
 
 def _run_checks(
     bundle: Path,
-    manifest: Any,
+    manifest: Manifest,
     data: dict[str, Any],
     *,
     verify: bool,
@@ -218,7 +218,7 @@ def _run_checks(
     return failures[0] if failures else None
 
 
-def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> NeuroncError | None:
+def _environment_failure(bundle: str, manifest: Manifest, data: dict[str, Any]) -> NeuroncError | None:
     """Compare the bundle's toolchain with this environment into ``data``; the error if incompatible."""
     from neuronc.bundle import INCOMPATIBLE
 
@@ -235,7 +235,7 @@ def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> Ne
     return EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint"))
 
 
-def environment_comparison(manifest: Any) -> dict[str, Any]:
+def environment_comparison(manifest: Manifest) -> dict[str, Any]:
     """compare_toolchain against the installed versions of the bundle's backend, as JSON."""
     from neuronc.backends import resolve_backend
     from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
@@ -266,7 +266,9 @@ def environment_comparison(manifest: Any) -> dict[str, Any]:
     return result
 
 
-def _releases_of(bundle: Any, installed: Any) -> dict[str, str | None]:
+def _releases_of(
+    bundle: Mapping[str, str | None] | None, installed: Mapping[str, str | None] | None
+) -> dict[str, str | None]:
     """The Neuron SDK releases (the support matrix) the bundle's and the installed versions are."""
     from neuronc.backends.support import detect_release
 
