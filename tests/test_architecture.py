@@ -62,7 +62,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo"}),
-    frozenset({"ci"}),
+    frozenset({"ci", "verdict"}),  # verdict: the pre-boot verdict, over deploy's serving values
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),

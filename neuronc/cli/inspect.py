@@ -42,6 +42,15 @@ AgainstEnvOpt = Annotated[
         "--against-env", help="Compare the bundle's toolchain with what is installed here (exit 5 if incompatible)."
     ),
 ]
+AgainstImageOpt = Annotated[
+    str | None,
+    cli.Option(
+        "--against-image",
+        help="Will the bundle start with zero compiles in this image? Compare every part of its serving-stack "
+        "key with the image's (exit 5 naming each difference). A Deep Learning Container of the support matrix "
+        "is known; another image is read through docker/podman (pulled only with NEURONC_PULL_IMAGES=1).",
+    ),
+]
 
 # Extra checks `verify` can run after integrity, e.g. accuracy against the reference model
 # (neuronc.accuracy.accuracy_check(...) returns one). A check takes (bundle_dir, manifest), returns
@@ -85,6 +94,7 @@ def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
 def verify_command(
     bundle_arg: BundleOrUrlArg,
     against_env: AgainstEnvOpt = False,
+    against_image: AgainstImageOpt = None,
     accuracy: Annotated[
         bool,
         cli.Option(
@@ -127,9 +137,11 @@ def verify_command(
         from neuronc.bundle.signing import verify_signature
 
         extra["signature"] = lambda bundle, _manifest: verify_signature(bundle, trust).to_json()
+    if against_image is not None:
+        extra["verdict"] = lambda bundle, _manifest: _image_verdict(bundle, against_image)
     shown = bundle_arg
     if is_remote(bundle_arg):
-        if trust is None:
+        if trust is None and against_image is None:
             _verify_remote(bundle_arg, against_env=against_env, accuracy=accuracy, jobs=jobs)
             return
         bundle = _fetch_url(bundle_arg, accuracy=accuracy)  # the signature is checked on a verified local copy
@@ -144,6 +156,18 @@ def verify_command(
     failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
+
+
+def _image_verdict(bundle: Path, reference: str) -> dict[str, Any]:
+    """The pre-boot verdict against an image (neuronc.verdict); exit 5 naming every differing part."""
+    from neuronc.verdict import image_verdict
+
+    verdict = image_verdict(bundle, reference)
+    if not verdict.starts_without_compiling:
+        error = verdict.error(str(bundle))
+        error.report = verdict.to_json()  # type: ignore[attr-defined]
+        raise error
+    return verdict.to_json()
 
 
 def _fetch_url(url: str, *, accuracy: bool) -> Path:
@@ -204,6 +228,13 @@ def _run_checks(
         incompatible = _environment_failure(str(bundle), manifest, data)
         if incompatible is not None:
             failures.append(incompatible)
+        from neuronc.verdict import has_verdict, host_verdict
+
+        if has_verdict(manifest.backend):
+            verdict = host_verdict(bundle)
+            data["verdict"] = verdict.to_json()
+            if not verdict.starts_without_compiling:
+                failures.append(verdict.error(str(bundle)))
     for name, check in (extra or {}).items():
         if failures:  # running a model from a damaged or incompatible bundle proves nothing
             data[name] = {"skipped": "an earlier check failed"}
@@ -388,6 +419,8 @@ def _render_verify(d: dict[str, Any]) -> None:
         )
     if "environment" in d and "totals" not in d:
         _render_environment(d["environment"])
+    if isinstance(d.get("verdict"), dict) and "parts" in d["verdict"]:
+        render_verdict(d["verdict"])
     signature = d.get("signature")
     if isinstance(signature, dict) and "signer" in signature:
         from neuronc.cli._signing import render_signature
@@ -406,6 +439,17 @@ def _render_verify(d: dict[str, Any]) -> None:
         out.print(f"accuracy   skipped: {accuracy['skipped']}")
 
 
+def render_verdict(verdict: dict[str, Any]) -> None:
+    """Every key part, then the answer: starts with zero compiles: yes / no."""
+    out.print(f"verdict    against {_s(verdict['image'])} ({_s(verdict['source'])})")
+    for part in verdict["parts"]:
+        mark = "differs" if part["checked"] and part["bundle"] != part["image"] else "same"
+        mark = mark if part["checked"] else "unchecked"
+        out.print(f"  {_s(part['field'])}: bundle {_s(part['bundle'])}, image {_s(part['image'])} - {mark}")
+    answer = "yes" if verdict["starts_without_compiling"] else "no"
+    out.print(f"starts with zero compiles: {answer}")
+
+
 def _render_environment(env: dict[str, Any]) -> None:
     out.print(f"toolchain  {env['verdict']} with this environment")
     sdk = env.get("neuron_sdk") or {}
@@ -419,4 +463,4 @@ def _render_environment(env: dict[str, Any]) -> None:
         )
 
 
-__all__ = ["VerifyCheck", "environment_comparison", "inspect_command", "verify_command"]
+__all__ = ["VerifyCheck", "environment_comparison", "inspect_command", "render_verdict", "verify_command"]
