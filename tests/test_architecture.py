@@ -218,6 +218,7 @@ BACKEND_LOOKUPS = {
         "runtime.py": {"runnable_backend"},
         "deploy/__init__.py": {"check_compatible"},
         "cli/inspect.py": {"_backend_snippet", "environment_comparison"},
+        "verdict/__init__.py": {"host_verdict"},
     },
     "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
 }
