@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
+from neuronc.cli import _model_flags as mf
 from neuronc.cli._app import command
 from neuronc.cli._executor import (
     ExecutorName,
@@ -18,7 +19,7 @@ from neuronc.cli._executor import (
     RaySharedStoreOpt,
     ray_settings,
 )
-from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
+from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -67,13 +68,16 @@ _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
     "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
-    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
+    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS) · "
+    "neuronc compile --model ./my-model --backend inductor --target cpu --max-length 128 --save-profile p.yaml"
 )
+# Optional: `--model` and its flags describe a build without a profile.
+ProfilesArg = Annotated[list[Path] | None, cli.Argument(help="Profile YAML file(s).", show_default=False)]
 
 
 @command(name="compile", epilog=_EPILOG)
 def compile_command(
-    profiles: ProfilesArg,
+    profiles: ProfilesArg = None,
     store: StoreOpt = None,
     out_dir: OutDirOpt = None,
     jobs: JobsOpt = None,
@@ -89,11 +93,35 @@ def compile_command(
     ray_runtime_env: RayRuntimeEnvOpt = None,
     ray_shared_store: RaySharedStoreOpt = False,
     ray_retries: RayRetriesOpt = 2,
+    model: mf.ModelOpt = None,
+    revision: mf.RevisionOpt = None,
+    backend: mf.BackendOpt = None,
+    target: mf.TargetOpt = None,
+    tp: mf.TpOpt = None,
+    batch: mf.BatchOpt = None,
+    amp: mf.AmpOpt = None,
+    max_length: mf.MaxLengthOpt = None,
+    max_context_length: mf.MaxContextOpt = None,
+    context_buckets: mf.ContextBucketsOpt = None,
+    token_buckets: mf.TokenBucketsOpt = None,
+    sdk: mf.SdkOpt = None,
+    weights: mf.WeightsOpt = None,
+    save_profile: mf.SaveProfileOpt = None,
+    dry_run: mf.DryRunOpt = False,
 ) -> None:
-    """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
+    """Compile profiles (or the build --model and its flags describe) into bundles; a store hit compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
+    from neuronc.profile.from_flags import ProfileFlags
 
     out.configure(json_mode=json_out, wide=wide)
+    flags = ProfileFlags(
+        model, revision, None, backend, target, sdk, tp, batch, amp, max_length, max_context_length,
+        context_buckets, token_buckets, weights,
+    )  # fmt: skip
+    built_from = mf.profiles_to_build(profiles, flags, save_profile, dry_run)
+    if built_from is None:
+        return  # --dry-run
+    profiles = built_from
     runner: Any = None
     if executor == ExecutorName.RAY:
         from neuronc.pipeline.farm import RayExecutor

@@ -357,8 +357,13 @@ class RemoteStore(BundleStore):
         result.objects_present = len(objects) - len(upload)
         if self.url.scheme == "hf":
             title = f"neuronc: publish {manifest.config_hash[:12]} ({manifest.backend}, {manifest.target})"
+            from neuronc.store.remote.model_card import model_card
+
             extra = {signature_rel(rel, raw): signature} if signature is not None else {}
-            hf_commit(self.io, rel, upload, raw, title, extra=extra)
+            card = model_card(
+                manifest, store_url=self.url.url, bundle_url=result.url, signed=signature is not None
+            ).encode("utf-8")
+            hf_commit(self.io, rel, upload, raw, title, extra=extra, readme=card)
         else:
             upload_files(self.io, upload)
             if signature is not None:  # before the manifest: a signed bundle never appears unsigned
