@@ -194,9 +194,19 @@ def flag_problems(error: ProfileError) -> list[str]:
             result.append(detail)
             continue
         field = match["field"]
-        flag = FIELD_FLAGS.get(field) or FIELD_FLAGS.get(field.split(".")[0])
+        flag = _flag_of(field)
         result.append(f"{flag}: {match['message']}" if flag else f"{field}: {match['message']}")
     return result
+
+
+def _flag_of(field: str) -> str | None:
+    """The flag behind a field path such as ``sequence.context_buckets[1]`` (its longest known prefix)."""
+    parts = re.sub(r"\[\d+\]", "", field).split(".")
+    for end in range(len(parts), 0, -1):
+        flag = FIELD_FLAGS.get(".".join(parts[:end]))
+        if flag is not None:
+            return flag
+    return None
 
 
 def load_flags_profile(flags: ProfileFlags, path: Path, *, relative_model: bool = True) -> tuple[LoadedProfile, str]:
