@@ -79,9 +79,6 @@ class BundlePublication:
 def collect(bundle_dir: Path, *, cache_dir: Path | None = None, model_id: str | None = None) -> BundlePublication:
     """What a bundle publishes, or why not (``skipped``): read from its manifest and artifacts."""
     from neuronc.bundle import read_manifest
-    from neuronc.hubcache.configs import normalize_config
-    from neuronc.hubcache.entries import entry_hash, serialize_entry
-    from neuronc.jsonfile import read_json
 
     manifest = read_manifest(bundle_dir)
     pub = BundlePublication(str(bundle_dir))
@@ -92,6 +89,31 @@ def collect(bundle_dir: Path, *, cache_dir: Path | None = None, model_id: str | 
         )
         return pub
     recorded = (manifest.extra.get("optimum_neuron") or {}).get("compile_cache") or {}
+    task = manifest.profile.get("model", {}).get("task", "text-generation")
+    return publication(
+        pub, bundle_dir / "artifacts", recorded, task=task, cache_dir=cache_dir, model_id=model_id,
+        compiler=manifest.toolchain.get("neuronx-cc"),
+    )  # fmt: skip
+
+
+def publication(
+    pub: BundlePublication,
+    artifacts: Path,
+    recorded: dict[str, Any],
+    *,
+    task: str,
+    cache_dir: Path | None = None,
+    model_id: str | None = None,
+    compiler: str | None = None,
+) -> BundlePublication:
+    """Fill ``pub`` from an export's directory and the compile-cache entries it recorded.
+
+    ``recorded`` is ``extra.optimum_neuron.compile_cache`` of the manifest (``cache_dir``, ``modules``).
+    """
+    from neuronc.hubcache.configs import normalize_config
+    from neuronc.hubcache.entries import entry_hash, serialize_entry
+    from neuronc.jsonfile import read_json
+
     modules = [m for m in recorded.get("modules") or [] if isinstance(m, str)]
     where = cache_dir or (Path(recorded["cache_dir"]) if isinstance(recorded.get("cache_dir"), str) else None)
     if not modules:
@@ -112,7 +134,6 @@ def collect(bundle_dir: Path, *, cache_dir: Path | None = None, model_id: str | 
         for file in MODULE_FILES:
             if (source / file).is_file() and not (source / file).is_symlink():
                 pub.files[f"{module}/{file}"] = source / file
-    artifacts = bundle_dir / "artifacts"
     try:
         config = read_json(artifacts / "config.json", max_bytes=4 * 1024 * 1024, what="config.json")
         neuron = read_json(artifacts / "neuron_config.json", max_bytes=4 * 1024 * 1024, what="neuron_config.json")
@@ -129,7 +150,6 @@ def collect(bundle_dir: Path, *, cache_dir: Path | None = None, model_id: str | 
             "pass --model-id ORG/NAME"
         )
         return pub
-    task = manifest.profile.get("model", {}).get("task", "text-generation")
     arch = normalize_config(config, task)
     if arch is None:
         pub.skipped.append(
@@ -139,8 +159,8 @@ def collect(bundle_dir: Path, *, cache_dir: Path | None = None, model_id: str | 
     dtype = neuron.get("torch_dtype") if isinstance(neuron.get("torch_dtype"), str) else None
     entry_config = arch.export_config(dtype)
     text = serialize_entry(entry_config, neuron, model_id=pub.model_id, task=task)
-    compiler = f"neuronxcc-{neuron.get('neuronxcc_version') or manifest.toolchain.get('neuronx-cc')}"
-    registry = f"{compiler}/{REGISTRY_DIR}/{neuron.get('optimum_neuron_version')}"
+    folder = f"neuronxcc-{neuron.get('neuronxcc_version') or compiler}"
+    registry = f"{folder}/{REGISTRY_DIR}/{neuron.get('optimum_neuron_version')}"
     stem = entry_hash(text)
     pub.entry_text = text
     pub.registry_path = f"{registry}/{arch.export_digest(dtype)}/{stem}.json"
