@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,12 @@ def test_synchronize_to_a_directory_is_found_by_cache_lookup(
     # Filed under the digest optimum-neuron 0.4.5's lookup computes from the model's config.json.
     assert matches[0]["visible_to_optimum_neuron"] is True
     _upload_is_one_commit_retried_on_a_moved_branch(bundle)
+
+    # `cache synchronize` imports neither torch nor transformers (a fresh process, as a user runs it).
+    from test_startup import HEAVY, _imported_modules
+
+    args = ["cache", "synchronize", str(bundle), "--to", str(tmp_path / "again"), "--model-id", MODEL_ID]
+    assert not _imported_modules(args, dict(os.environ)) & set(HEAVY)
 
 
 def test_what_is_never_published(runner: CliRunner, bundle: Path, tmp_path: Path) -> None:

@@ -85,11 +85,12 @@ def cache_cleanup_command(
     status = _status(cache_dir)
     removals = plan_cleanup(status, failed=failed, stale_locks=stale_locks, old_versions=old_versions, empty=empty)
     problems = [] if dry_run else apply_cleanup(removals)
+    freed = sum(r.bytes for r in removals)
     data = {
         "cache_dir": str(status.root),
         "dry_run": dry_run,
         "removed": [r.to_json() for r in removals],
-        "bytes": sum(r.bytes for r in removals),
+        "bytes": freed,
         "problems": problems,
     }
 
@@ -97,7 +98,7 @@ def cache_cleanup_command(
         verb = "would remove" if dry_run else "removed"
         for removal in removals:
             out.code(f"{verb} {removal.reason}: {removal.path}")
-        out.print(f"{plural(len(removals), 'item')} {verb}, {format_bytes(data['bytes'])}")
+        out.print(f"{plural(len(removals), 'item')} {verb}, {format_bytes(freed)}")
         for problem in problems:
             out.warning(problem)
 

@@ -268,8 +268,8 @@ class _DirectoryHub:
         self.root, self.repo_id = root, repo_id
 
     def list_repo_tree(self, repo_id: str, path_in_repo: str = "", recursive: bool = False, **_: Any) -> Any:
-        from huggingface_hub.hf_api import RepoFile, RepoFolder
         from huggingface_hub.errors import EntryNotFoundError
+        from huggingface_hub.hf_api import RepoFile, RepoFolder
 
         assert repo_id == self.repo_id
         base = self.root / path_in_repo.strip("/")
