@@ -171,7 +171,7 @@ class _Hub:
 
 
 def _upload_is_one_commit_retried_on_a_moved_branch(bundle: Path) -> None:
-    from neuronc.compilecache.publish import collect, upload
+    from neuronc.hubcache.publish import collect, upload
 
     pub = collect(bundle, model_id=MODEL_ID)
     hub = _Hub()

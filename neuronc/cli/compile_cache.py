@@ -14,7 +14,7 @@ from neuronc.errors import InvalidInputError
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
-    from neuronc.compilecache.local import CacheStatus
+    from neuronc.compile_cache import CacheStatus
 
 CacheDirOpt = Annotated[
     Path | None,
@@ -27,7 +27,7 @@ CacheDirOpt = Annotated[
 
 
 def _status(cache_dir: Path | None) -> CacheStatus:
-    from neuronc.compilecache.local import cache_status, resolve_cache_dir
+    from neuronc.compile_cache import cache_status, resolve_cache_dir
 
     root, source = resolve_cache_dir(cache_dir)
     return cache_status(root, source)
@@ -47,10 +47,13 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
         rows = []
         for usage in status.versions:
             counts = usage.counts
-            current = {True: "current", False: "old", None: ""}[usage.current]
+            current = {True: "yes", False: "no", None: "?"}[usage.current]
             states = [counts["complete"], counts["failed"], counts["locked"], counts["empty"]]
             rows.append([usage.folder, *states, format_bytes(usage.bytes), current])
-        out.table(["compiler", "complete", "failed", "locked", "empty", "disk", ""], rows)
+        numbers = ("complete", "failed", "locked", "empty", "disk")
+        out.table(
+            ["compiler", *numbers, "installed"], rows, justify=dict.fromkeys(numbers, "right"), optional=["installed"]
+        )
         if status.stale_locks:
             out.print(f"{plural(status.stale_locks, 'stale lock')} (no process holds it): neuronc cache cleanup")
         failed = status.to_json()["counts"]["failed"]
@@ -77,7 +80,7 @@ def cache_cleanup_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Remove failed entries and stale locks (both, when no kind is named); never a complete entry unless asked."""
-    from neuronc.compilecache.local import apply_cleanup, plan_cleanup
+    from neuronc.compile_cache import apply_cleanup, plan_cleanup
 
     out.configure(json_mode=json_out)
     if not (failed or stale_locks or old_versions or empty):
@@ -98,7 +101,7 @@ def cache_cleanup_command(
         verb = "would remove" if dry_run else "removed"
         for removal in removals:
             out.code(f"{verb} {removal.reason}: {removal.path}")
-        out.print(f"{plural(len(removals), 'item')} {verb}, {format_bytes(freed)}")
+        out.print(f"{verb} {plural(len(removals), 'item')}, {format_bytes(freed)}")
         for problem in problems:
             out.warning(problem)
 
@@ -135,7 +138,7 @@ def cache_synchronize_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Publish bundles' compiled graphs in optimum-neuron 0.4.5's cache layout (MODULE_* + 0_REGISTRY entry)."""
-    from neuronc.compilecache.publish import collect, upload, write_tree
+    from neuronc.hubcache.publish import collect, upload, write_tree
     from neuronc.hubcache.sources import DEFAULT_CACHE_REPO, resolve_cache_repo
 
     out.configure(json_mode=json_out)

@@ -48,7 +48,7 @@ from neuronc.backends.neuron.files import (
     is_hub_id,
 )
 from neuronc.backends.neuron.optimum_fields import OptimumNeuronOptions
-from neuronc.compilecache.local import complete_modules
+from neuronc.compile_cache import complete_modules
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack
 

@@ -14,15 +14,6 @@ from typing import Any
 
 from neuronc.bundle import Manifest
 
-# The library a backend's bundle loads with (the Hub's library_name).
-_LIBRARIES = {
-    "optimum-neuron": "optimum-neuron",
-    "nxdi": "neuronx-distributed-inference",
-    "vllm-neuron": "vllm",
-    "transformers-neuronx": "transformers-neuronx",
-    "torch-neuronx": "torch-neuronx",
-    "inductor": "pytorch",
-}
 _HARDWARE = {"inf2": "inferentia2", "trn1": "trainium", "trn1n": "trainium", "trn2": "trainium2", "trn3": "trainium3"}
 
 
@@ -48,7 +39,8 @@ def card_data(manifest: Manifest) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if hub_model:
         data["base_model"] = model_id
-    data["library_name"] = _LIBRARIES.get(manifest.backend, manifest.backend)
+    # The library the bundle loads with (the Hub's library_name): the backend's own package.
+    data["library_name"] = _backend_facts(manifest.backend)[0]
     task = model.get("task") if isinstance(model, Mapping) else None
     if isinstance(task, str):
         data["pipeline_tag"] = task
@@ -56,14 +48,29 @@ def card_data(manifest: Manifest) -> dict[str, Any]:
     return data
 
 
-_STACKS = {"torch-neuronx": "torchserve", "inductor": None}
+def _backend_facts(name: str) -> tuple[str, str | None]:
+    """The backend's package (its toolchain's main one) and first serving stack; the name alone when unknown."""
+    from neuronc.backends import get_backend
+    from neuronc.errors import NeuroncError
+
+    try:
+        backend = get_backend(name)
+    except NeuroncError:
+        return name, None
+    stack = str(backend.serving_stacks[0]) if backend.serving_stacks else None
+    return backend.toolchain_package or name, stack
 
 
 def deploy_lines(manifest: Manifest, store_url: str) -> list[str]:
-    """The commands that fetch the bundle from the store and write its serving files."""
+    """The commands that fetch the bundle from the store and write its serving files (or run / inspect it)."""
     lines = [f"neuronc store fetch {manifest.config_hash[:12]} --store {store_url} --out bundle"]
-    stack = _STACKS.get(manifest.backend, "vllm")
-    lines.append(f"neuronc deploy bundle --for {stack}" if stack else 'neuronc run bundle --prompt "Hello"')
+    stack = _backend_facts(manifest.backend)[1]
+    if stack is not None:
+        lines.append(f"neuronc deploy bundle --for {stack}")
+    elif manifest.target == "cpu":
+        lines.append('neuronc run bundle --prompt "Hello"')
+    else:
+        lines.append("neuronc inspect bundle")
     return lines
 
 

@@ -1,5 +1,8 @@
 """The local Neuron compile cache: its entries by state, disk use per compiler version, and cleanup.
 
+(`neuronc cache status` / `cache cleanup`; `neuronc.hubcache.publish` publishes its entries. Nothing
+here imports torch, transformers or the Neuron SDK.)
+
 libneuronxla keeps one ``neuronxcc-<compiler version>/MODULE_<graph hash>+<flags hash>/`` folder per
 compiled graph (docs/compile-cache.md). The states, as optimum-neuron classifies them
 (huggingface/optimum-neuron ``optimum/neuron/cache/cleanup.py`` ``_classify_entry``, after 0.4.5):
@@ -25,8 +28,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from neuronc.backends.neuron.env import DEFAULT_COMPILE_CACHE
 from neuronc.errors import InvalidInputError
+
+# libneuronxla's default persistent cache (aws-neuron/aws-neuron-sdk
+# about-neuron/arch/neuron-features/neuron-caching.rst).
+DEFAULT_COMPILE_CACHE = "/var/tmp/neuron-compile-cache"
 
 COMPILER_PREFIX = "neuronxcc-"
 MODULE_PREFIX = "MODULE_"

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from neuronc.compilecache.local import EntryState, classify
+from neuronc.compile_cache import EntryState, classify
 from neuronc.errors import InvalidInputError, RemoteStoreError
 
 REGISTRY_DIR = "0_REGISTRY"
