@@ -113,31 +113,31 @@ def test_errors_name_the_flag(runner: CliRunner, tmp_path: Path, change: list[st
     args += change  # the later value of a repeated option wins
     code, stdout, stderr = invoke(runner, "compile", *args, "--dry-run", "--json")
     assert code == 2, stderr
-    document = json.loads(stdout)
-    assert document["error"] == "profile_invalid"
-    assert any(line.startswith(f"{flag}: ") for line in document["details"]), document["details"]
-    assert not any(".yaml:" in line for line in document["details"])  # no file the user never wrote
+    error = json.loads(stdout)["error"]  # the compile report's top-level error
+    assert error["error"] == "profile_invalid"
+    assert any(line.startswith(f"{flag}: ") for line in error["details"]), error["details"]
+    assert not any(".yaml:" in line for line in error["details"])  # no file the user never wrote
 
 
 def test_missing_flags_bad_buckets_and_profiles_with_flags_are_refused(runner: CliRunner, tmp_path: Path) -> None:
     code, stdout, _ = invoke(runner, "compile", "--model", "org/name", "--json")
     assert code == 2
-    assert "--backend, --target, --max-length are required" in json.loads(stdout)["message"]
+    assert "--backend, --target, --max-length are required" in json.loads(stdout)["error"]["message"]
     code, stdout, _ = invoke(
         runner, "compile", *demo_flags(tmp_path), "--context-buckets", "32,x", "--dry-run", "--json"
     )
     assert code == 2
-    assert json.loads(stdout)["message"].startswith("--context-buckets '32,x'")
+    assert json.loads(stdout)["error"]["message"].startswith("--context-buckets '32,x'")
     profile = Path(__file__).parents[1] / "profiles" / "tiny-llama-cpu.yaml"
     code, stdout, _ = invoke(runner, "compile", profile, "--tp", "2", "--json")
     assert code == 2
-    assert "profile arguments and model flags (--tp) cannot be combined" in json.loads(stdout)["message"]
+    assert "profile arguments and model flags (--tp) cannot be combined" in json.loads(stdout)["error"]["message"]
     code, stdout, _ = invoke(runner, "compile", "--json")
     assert code == 2
-    assert "nothing to compile" in json.loads(stdout)["message"]
+    assert "nothing to compile" in json.loads(stdout)["error"]["message"]
     code, stdout, _ = invoke(runner, "compile", profile, "--save-profile", tmp_path / "x.yaml", "--json")
     assert code == 2
-    assert "--save-profile needs --model" in json.loads(stdout)["message"]
+    assert "--save-profile needs --model" in json.loads(stdout)["error"]["message"]
 
 
 def test_a_hub_model_keeps_its_id_and_revision(tmp_path: Path) -> None:

@@ -118,10 +118,6 @@ def compile_command(
         model, revision, None, backend, target, sdk, tp, batch, amp, max_length, max_context_length,
         context_buckets, token_buckets, weights,
     )  # fmt: skip
-    built_from = mf.profiles_to_build(profiles, flags, save_profile, dry_run)
-    if built_from is None:
-        return  # --dry-run
-    profiles = built_from
     runner: Any = None
     if executor == ExecutorName.RAY:
         from neuronc.pipeline.farm import RayExecutor
@@ -143,6 +139,9 @@ def compile_command(
         _announce(report)
 
     try:
+        profiles = mf.profiles_to_build(profiles, flags, save_profile, dry_run)  # a flags problem: the report's error
+        if profiles is None:
+            return  # --dry-run printed the profile
         from neuronc.cli._signing import sign_built, signer_from_environment
 
         signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
