@@ -164,3 +164,17 @@ def test_a_hub_model_keeps_its_id_and_revision(tmp_path: Path) -> None:
         "bf16",
     )
     assert spec.sequence.max_length == 4096
+
+
+def test_profiles_new_writes_the_profile_of_the_same_key(runner: CliRunner, tmp_path: Path) -> None:
+    root = Path(__file__).parents[1] / "profiles"
+    path = tmp_path / "nested" / "demo.yaml"
+    code, stdout, stderr = invoke(
+        runner, "profiles", "new", path, *demo_flags(root / "models" / "tiny-llama"), "--json"
+    )
+    assert code == 0, stderr
+    assert json.loads(stdout) == {"path": str(path), "profile": path.read_text(), "builds": 1}
+    code, stdout, stderr = invoke(runner, "validate", path, root / "tiny-llama-cpu.yaml", "--json")
+    assert code == 0, stderr
+    ours, shipped = (p["builds"][0]["config_hash"] for p in json.loads(stdout)["profiles"])
+    assert ours == shipped

@@ -114,6 +114,8 @@ CASES = [
     Case("deploy-unknown-stack", "deploy", ("deploy", "bundle", "--for", "k8s"), 2),
     Case("profiles-list", "profiles-list", ("profiles", "list")),
     Case("profiles-copy", "profiles-copy", ("profiles", "copy", "tiny-llama-cpu", "copied")),
+    Case("profiles-new", "profiles-new", ("profiles", "new", "new.yaml", *FLAGS)),
+    Case("profiles-new-invalid", "profiles-new", ("profiles", "new", "new.yaml", "--model", "x"), 2, "invalid_input"),
     Case("profiles-copy-unknown", "profiles-copy", ("profiles", "copy", "no-such-profile"), 2, "invalid_input"),
 ]
 
