@@ -55,7 +55,7 @@ def top_level_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"spec", "errors", "fsutil", "jsonfile", "resources", "locations", "progress", "_lazy", "hardware"}),
     frozenset({"neuronc", "hfcompat"}),  # the package root (its version) and transformers config compatibility
-    frozenset({"model"}),
+    frozenset({"model", "compile_cache"}),
     frozenset({"keys"}),
     frozenset({"checkpoint"}),
     frozenset({"bundle"}),
