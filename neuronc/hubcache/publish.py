@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.compile_cache import EntryState, classify
-from neuronc.errors import InvalidInputError, RemoteStoreError
+from neuronc.errors import InvalidInputError, RemoteStoreError, from_foreign
 
 REGISTRY_DIR = "0_REGISTRY"
 # The files of a MODULE_* folder that are published: the result and what it was compiled from (never
@@ -228,7 +228,12 @@ def upload(
             if status in (409, 412) and attempt < retries:
                 sleep(min(30.0, 2.0**attempt))
                 continue
-            raise RemoteStoreError(f"{repo_id}: commit failed: {exc}", hint="check the token's write access") from None
+            error = from_foreign(
+                exc, f"{repo_id}: commit failed", error=RemoteStoreError, hint="check the token's write access"
+            )
+            if error is None:
+                raise
+            raise error from None
         return {"repo": repo_id, "commit": info.oid, "files": len(operations), "tries": attempt}
     raise RemoteStoreError(f"{repo_id}: the branch kept moving; gave up after {retries} tries")
 
