@@ -14,6 +14,9 @@ from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, WideOpt
+from neuronc.cli._report import finish_report as _finish
+from neuronc.cli._report import markup_safe as _s
+from neuronc.cli._report import table_cell as _cell
 from neuronc.cli._signing import (
     IdentityOpt,
     IssuerOpt,
@@ -307,36 +310,7 @@ def _releases_of(
     return {side: release.version if release is not None else None for side, release in found.items()}
 
 
-def _finish(data: dict[str, Any], render: Callable[[], None], failure: NeuroncError | None) -> None:
-    if failure is None:
-        out.result(data, render)
-        return
-    if not out.json_mode:
-        render()
-        raise failure
-    # --json: one JSON document on stdout (the report, with the error inside), the message on stderr.
-    data["error"] = failure.to_json()
-    out.result(data)
-    out.json_mode = False
-    out.error(failure)
-    raise cli.Exit(failure.exit_code)
-
-
 # -- rendering ------------------------------------------------------------------------------------
-
-
-def _s(value: Any, limit: int = 200) -> str:
-    """A manifest value made safe for the terminal: no control characters, no Rich markup."""
-    from rich.markup import escape
-
-    return escape(_cell(value, limit))
-
-
-def _cell(value: Any, limit: int = 200) -> str:
-    """A manifest value for a table cell: no control characters (cells are never read as markup)."""
-    from neuronc.bundle import safe_text
-
-    return "" if value is None else safe_text(value, limit)
 
 
 def _size(n: int | None) -> str:

@@ -146,6 +146,7 @@ def _ray_placement(
 def _render(plans: list[BuildPlan], placed: list[tuple[Need, list[Node]]] | None = None) -> None:
     from rich.markup import escape
 
+    from neuronc.ci import CacheStatus
     from neuronc.preflight import gib
 
     rows = []
@@ -202,7 +203,7 @@ def _render(plans: list[BuildPlan], placed: list[tuple[Need, list[Node]]] | None
             out.print(escape(f"  store: {p.store['note']}"))
         if p.store.get("other_toolchains"):
             out.print(escape(f"  store has this config for other toolchains: {', '.join(p.store['other_toolchains'])}"))
-        if p.hf_cache.reason and p.hf_cache.status == "unknown":
+        if p.hf_cache.reason and p.hf_cache.status == CacheStatus.UNKNOWN:
             out.print(escape(f"  hf cache: {p.hf_cache.reason}"))
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from neuronc.backends.support import public
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.verdict.side import ServingSide
 
 BACKENDS = ("vllm-neuron", "nxdi", "optimum-neuron")
 VLLM_NEURON_VERSIONS = ("neuronx-cc", "nki", "libtorch-neuronx-lite", "torch")
@@ -38,20 +39,6 @@ NXDI_VERSIONS = ("neuronx-cc", "neuronx-distributed-inference", "torch-neuronx")
 OPTIMUM_VERSIONS = ("optimum-neuron", "neuronx-cc")
 UNKNOWN = "unknown"
 NOT_RECORDED = "not recorded"
-
-
-@dataclass(frozen=True)
-class ServingSide:
-    """What serves the bundle: an image or this host."""
-
-    name: str  # the image reference, or "this host"
-    source: str  # where its values come from
-    versions: Mapping[str, str | None]
-    targets: tuple[str, ...] | None = None  # None: not known
-    env: Mapping[str, str] | None = None  # its own VLLM_NEURON_*/NEURON_* variables; None: not known
-    # True where the versions are what a recipe pins (the support matrix): a package it does not record
-    # is unknown there (unchecked), not absent. False where they were read from the image or host.
-    pins_only: bool = False
 
 
 @dataclass(frozen=True)

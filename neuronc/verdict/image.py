@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
-from neuronc.verdict import ServingSide
+from neuronc.verdict.side import ServingSide
 
 PACKAGES = (
     "neuronx-cc",
