@@ -343,10 +343,7 @@ def compile_graph(
     aoti_seconds = time.perf_counter() - started
 
     # The FQNs the compiled graph asks for; each must come from the checkpoint or the graph itself.
-    from torch._inductor import package as aoti_package
-
-    loader: Any = aoti_package
-    compiled = loader.load_package(str(package))
+    compiled = torch._inductor.aoti_load_package(str(package))
     fqns = sorted(compiled.get_constant_fqns())
     sources = constant_sources(wrapper)
     owned = graph_owned_constants(wrapper)
