@@ -473,11 +473,11 @@ def test_tokenizer_json_is_read_as_transformers_reads_it(tmp_path: Path) -> None
 
 
 def test_graphs_are_shared_out_among_the_worker_processes() -> None:
-    from neuronc.backends.inductor.backend import _groups, _Pending
+    from neuronc.backends.inductor.build import Pending, _groups
 
-    def pending(role: str, bucket: int) -> _Pending:
+    def pending(role: str, bucket: int) -> Pending:
         graph = GraphSpec(role, 1, bucket)
-        return _Pending(graph, graph.name, Path(graph.name), Path(graph.name) / "log")
+        return Pending(graph, graph.name, Path(graph.name), Path(graph.name) / "log")
 
     items = [pending(ROLE_CONTEXT, 32), pending(ROLE_CONTEXT, 64), pending(ROLE_TOKEN, 128)]
     groups = _groups(items, 2)
