@@ -138,6 +138,7 @@ def _ray_placement(plans: list[Any], settings: Any, rows: list[dict[str, Any]]) 
 def _render(plans: list[Any], placed: list[Any] | None = None) -> None:
     from rich.markup import escape
 
+    from neuronc.ci import CacheStatus
     from neuronc.preflight import gib
 
     rows = []
@@ -194,7 +195,7 @@ def _render(plans: list[Any], placed: list[Any] | None = None) -> None:
             out.print(escape(f"  store: {p.store['note']}"))
         if p.store.get("other_toolchains"):
             out.print(escape(f"  store has this config for other toolchains: {', '.join(p.store['other_toolchains'])}"))
-        if p.hf_cache.reason and p.hf_cache.status == "unknown":
+        if p.hf_cache.reason and p.hf_cache.status == CacheStatus.UNKNOWN:
             out.print(escape(f"  hf cache: {p.hf_cache.reason}"))
 
 
