@@ -27,6 +27,7 @@ _COMMAND_MODULES = (
     "split",
     "run",
     "cache",
+    "compile_cache",
     "plan",
     "matrix",
     "deploy",

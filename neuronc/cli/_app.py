@@ -29,7 +29,12 @@ app = cli.Group(
 )
 
 
+# ``Any`` here is Click's: a command is any ``Callable[..., Any]`` (click.Command's callback), called
+# with the parsed parameters as keyword arguments of any type, and ``command`` forwards Click's own
+# settings (``click.Group.command(**kwargs: Any)``).
 F = TypeVar("F", bound=Callable[..., Any])
+# Click's completion variable for the `neuronc` program (_{PROG_NAME}_COMPLETE).
+COMPLETE_VAR = "_NEURONC_COMPLETE"
 
 
 def handle_errors(func: F) -> F:
@@ -109,6 +114,13 @@ def run_app(args: list[str]) -> int:
     """Run the application; a usage error with --json on the command line also prints the JSON error
     document on stdout (exit 2), so that `--json` output is one document on every failure."""
     _COMMAND_ENDED.clear()
+    instruction = os.environ.get(COMPLETE_VAR)
+    if instruction:
+        # Shell completion, as Click's Command.main offers it (bash, zsh, fish): `eval "$(_NEURONC_COMPLETE=bash_source
+        # neuronc)"` prints the script; the shell then calls back with `bash_complete` (README "Shell completion").
+        from click.shell_completion import shell_complete
+
+        return shell_complete(app, {}, "neuronc", COMPLETE_VAR, instruction)
     try:
         # What Click's Command.main does, through its documented parts (make_context, invoke): main()
         # itself would turn a Ctrl-C into click.Abort (exit 1) and print usage errors its own way.

@@ -21,7 +21,8 @@ T = TypeVar("T")
 
 cache_app = cli.Group(
     no_args_is_help=True,
-    help="The Hugging Face Neuron cache (optimum-neuron's compile cache on the Hub).",
+    help="Neuron compile caches: the Hugging Face Neuron cache (mirror, synchronize) and the local one "
+    "(status, cleanup).",
 )
 app.add_command(cache_app, name="cache")
 
@@ -204,7 +205,7 @@ def _nothing_message(result: LookupResult) -> str:
 _SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def _row(match: Match) -> list[Any]:
+def _row(match: Match) -> list[object]:
     e = match.entry
     return [
         e.batch_size,

@@ -59,6 +59,7 @@ from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store.local import LocalStore
 from neuronc.store.remote_io import FsOp, RemoteIO, RemoteSettings
+from neuronc.store.remote_model_card import model_card
 from neuronc.store.remote_signatures import signature_rel, upload_signature
 from neuronc.store.remote_transfer import (
     UploadResult,
@@ -357,7 +358,8 @@ class RemoteStore(BundleStore):
         if self.url.scheme == "hf":
             title = f"neuronc: publish {manifest.config_hash[:12]} ({manifest.backend}, {manifest.target})"
             extra = {signature_rel(rel, raw): signature} if signature is not None else {}
-            hf_commit(self.io, rel, upload, raw, title, extra=extra)
+            card = model_card(manifest, store_url=self.url.url, bundle_url=result.url, signed=signature is not None)
+            hf_commit(self.io, rel, upload, raw, title, extra=extra, readme=card.encode("utf-8"))
         else:
             upload_files(self.io, upload)
             if signature is not None:  # before the manifest: a signed bundle never appears unsigned

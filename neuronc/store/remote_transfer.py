@@ -96,9 +96,11 @@ def hf_commit(
     title: str,
     *,
     extra: Mapping[str, bytes] | None = None,
+    readme: bytes | None = None,
 ) -> None:
     """One Hub commit with the missing objects, ``extra`` files (store-relative path: bytes; the
-    signature) and the manifest: the Hub applies it atomically."""
+    signature) and the manifest: the Hub applies it atomically. ``readme`` (a model card) becomes
+    the repository's README.md when it has none: an existing README is kept."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     url = io.url
@@ -114,11 +116,16 @@ def hf_commit(
     api = getattr(io.fs, "_api", None) or HfApi()
 
     def commit() -> Any:
+        ops = list(operations)
+        if readme is not None and not api.file_exists(
+            url.container, "README.md", repo_type=url.repo_type, revision=url.revision
+        ):
+            ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
         return api.create_commit(
             repo_id=url.container,
             repo_type=url.repo_type,
             revision=url.revision,
-            operations=operations,
+            operations=ops,
             commit_message=title,
         )
 

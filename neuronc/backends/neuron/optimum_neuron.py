@@ -12,6 +12,7 @@ weights mode says) is ``artifacts/``: ``NeuronModelForCausalLM.from_pretrained``
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from neuronc.backends.base import (
 )
 from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
+    NXD_PACKAGES,
     NeuronBackend,
     backend_targets,
     managed_problems,
@@ -47,6 +49,7 @@ from neuronc.backends.neuron.files import (
     is_hub_id,
 )
 from neuronc.backends.neuron.optimum_fields import OptimumNeuronOptions
+from neuronc.compile_cache import complete_modules
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack
 
@@ -177,15 +180,7 @@ class OptimumNeuronBackend(NeuronBackend):
     uses_hf_neuron_cache: ClassVar[bool] = True
     options_model: ClassVar[type[BaseModel] | None] = OptimumNeuronOptions
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"
-    packages: ClassVar[tuple[str, ...]] = (
-        "optimum-neuron",
-        "neuronx-cc",
-        "torch-neuronx",
-        "libneuronxla",
-        "neuronx-distributed",
-        "torch",
-        "transformers",
-    )
+    packages: ClassVar[tuple[str, ...]] = ("optimum-neuron", *NXD_PACKAGES, "torch", "transformers")
     required: ClassVar[tuple[str, ...]] = ("optimum-neuron", "neuronx-cc", "torch-neuronx", "neuronx-distributed")
     install_hint: ClassVar[str | None] = (
         "pip install optimum-neuron, plus neuronx-cc, torch-neuronx and neuronx-distributed from "
@@ -252,11 +247,15 @@ class OptimumNeuronBackend(NeuronBackend):
             setattr(neuron_config, key, dtype if key == "torch_dtype" else value)
         out = job.artifacts_dir
         task = job.progress.task("optimum-neuron: export", total=len(job.plan.graphs))
+        cache_dir = os.environ.get("NEURON_COMPILE_CACHE_URL")
+        cached_before = complete_modules(cache_dir)
         start = time.monotonic()
         model = NeuronModelForCausalLM.export(
             model_id=ckpt, neuron_config=neuron_config, config=config, load_weights=False
         )
         seconds = time.monotonic() - start
+        # The compile-cache entries this export compiled: what `neuronc cache synchronize` publishes.
+        compiled = sorted(complete_modules(cache_dir) - cached_before)
         task.advance(len(job.plan.graphs))
         bundled: list[str] = []
         if spec.weights == "presharded":
@@ -278,6 +277,7 @@ class OptimumNeuronBackend(NeuronBackend):
                 "reproduce": reproduce_snippet(spec, "<bundle>/artifacts"),
                 "weights": spec.weights,
                 "files_from_checkpoint": bundled,
+                "compile_cache": {"cache_dir": cache_dir, "modules": compiled},
             },
             "neuron_env": recorded_env(),
             "timing": "one export() call builds both graphs; per-graph seconds are its total split evenly",
