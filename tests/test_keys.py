@@ -183,6 +183,7 @@ def test_the_variables_a_compile_records_because_they_shape_the_graphs_are_hashe
         "NEURON_RT_VISIBLE_CORES": "0-3",  # the serving host's placement, never recorded
         "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS": "8",  # the 0.24 plugin's worker count (SDK 2.32)
         "NEURON_PLATFORM_TARGET_OVERRIDE": "trn3",  # neuronc sets it from the profile's target
+        "NEURON_COMPILE_CACHE_URL": "/elsewhere/neuron-compile-cache",  # a cache's location, not its content
     }
     assert _resolved(VLLM_NEURON, {**plain, **unrelated}).hash == base.hash
     # Through the backend, not by name in the core: a backend that reads no such variable ignores it.
