@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "run",
     "cache",
     "plan",
+    "buckets",
     "matrix",
     "deploy",
 )
