@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -326,3 +327,19 @@ def test_plot_needs_matplotlib(tmp_path: Path) -> None:
     else:
         assert result.exit_code == 0, result.output
         assert (tmp_path / "h.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_compile_time_is_estimated_from_the_stores_earlier_builds(demo: Any, tmp_path: Path) -> None:
+    from neuronc.buckets import analyse_profile
+    from neuronc.bundle import read_manifest
+
+    traffic = tmp_path / "t.jsonl"
+    traffic.write_text("".join(json.dumps({"prompt_tokens": 4 + i % 40, "output_tokens": 8}) + "\n" for i in range(80)))
+    analysis = analyse_profile(demo.profile, traffic, max_graphs=3, store=demo.store)
+    recorded = {g.bucket: g.compile_seconds for g in read_manifest(demo.bundle).graphs}
+    # The demo's own buckets were each compiled once: the estimate is their sum.
+    assert analysis.current.compile_seconds == pytest.approx(sum(recorded.values()), abs=0.1)
+    assert "3 of 3 buckets recorded exactly" in analysis.current.compile_basis
+    assert analysis.suggested.compile_seconds is not None and analysis.suggested.graphs == 6
+    empty = analyse_profile(demo.profile, traffic, store=tmp_path / "empty-store")
+    assert empty.current.compile_seconds is None and "no earlier builds" in empty.current.compile_basis

@@ -92,9 +92,12 @@ def _render(analysis: Analysis, written: bool, plotted: str | None, profile: Pat
         out.print(escape(f"  {name} buckets: at most {rule.limit}; {rule.source}"))
     for title, histogram, current, suggested in _panels(analysis):
         out.code("\n".join(text_histogram(histogram, current, suggested, title=title)))
-    columns = ["", "context buckets", "token buckets", "padded", "beyond", "graphs", "compile"]
-    rows = [_row("current", analysis.current), _row(f"suggested (K={analysis.max_graphs})", analysis.suggested)]
-    out.table(columns, rows, justify={c: "right" for c in columns[3:]})
+    columns = ["", "context buckets", "token buckets", "padded", "beyond", "graphs", "compile", "padded tokens"]
+    rows = [
+        [*_row(name, f), str(f.padded_tokens)]
+        for name, f in (("current", analysis.current), (f"suggested (K={analysis.max_graphs})", analysis.suggested))
+    ]
+    out.table(columns, rows, justify={c: "right" for c in columns[3:]}, optional=["padded tokens"])
     out.table(
         ["K", "context buckets", "token buckets", "padded", "beyond", "graphs", "compile"],
         [[str(k), *_row("", f)[1:]] for k, f in enumerate(analysis.curve, start=1)],

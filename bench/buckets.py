@@ -1,0 +1,183 @@
+"""Buckets from traffic, proven on the CPU backend: the demo's buckets against the suggested ones, in one run.
+
+Usage: python bench/buckets.py [--traffic FILE] [--max-graphs K] [--rounds N] [--json]
+
+1. Copies the demo profile and model into a scratch directory; compiles the profile as shipped
+   (context buckets 32, 64; token bucket 128) with `neuronc compile` into a fresh store and graph
+   cache.
+2. `neuronc buckets COPY --traffic FILE --max-graphs K --write` on a second copy of the profile
+   (default traffic: bench/data/skewed-traffic.jsonl, 400 requests, 85% of them short), then
+   compiles that profile the same way.
+3. Loads both bundles with `neuronc.runtime.load` (the runtime `neuronc run` uses) and replays
+   every request through each: a prompt of ``prompt_tokens`` token ids (from the demo corpus),
+   greedy, ``output_tokens`` new tokens (EOS ignored). Padded tokens are counted from the runner's
+   own routing (``context_graph_for`` / ``token_graph_for``: bucket minus the real tokens, per prefill
+   and per decode step); wall time is the whole replay, the two bundles in turn (A B A B ...),
+   ``--rounds`` times, medians.
+4. Prints both, and the ratios suggested / default. Target (issue 31): both ratios below 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PROFILE = ROOT / "profiles" / "tiny-llama-cpu.yaml"
+MODEL = ROOT / "profiles" / "models" / "tiny-llama"
+CORPUS = ROOT / "scripts" / "demo-corpus" / "alice29.txt"
+TRAFFIC = ROOT / "bench" / "data" / "skewed-traffic.jsonl"
+
+
+def _neuronc(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuronc", *args, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.exit(f"neuronc {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _compile(profile: Path, env: dict[str, str]) -> tuple[Path, float]:
+    start = time.perf_counter()
+    [build] = _neuronc(["compile", str(profile)], env)["builds"]
+    return Path(build["bundle"]), time.perf_counter() - start
+
+
+def _replay(
+    runner: Any, requests: list[tuple[int, int]], corpus: list[int]
+) -> tuple[float, dict[str, int], list[list[int]]]:
+    """Wall seconds of the whole replay, the padded and real tokens by the runner's routing, the outputs."""
+    counts = {"context_padded": 0, "context_real": 0, "token_padded": 0, "token_real": 0}
+    outputs = []
+    start = time.perf_counter()
+    for index, (prompt_tokens, output_tokens) in enumerate(requests):
+        offset = (index * 37) % (len(corpus) - prompt_tokens)
+        ids = corpus[offset : offset + prompt_tokens]
+        result = runner.generate(ids, max_new_tokens=output_tokens, stop_at_eos=False)
+        outputs.append(result.tokens)
+        counts["context_padded"] += runner.context_graph_for(prompt_tokens).bucket - prompt_tokens
+        counts["context_real"] += prompt_tokens
+        for position in range(prompt_tokens, prompt_tokens + len(result.tokens) - 1):
+            counts["token_padded"] += runner.token_graph_for(position).bucket - (position + 1)
+            counts["token_real"] += position + 1
+    return time.perf_counter() - start, counts, outputs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traffic", type=Path, default=TRAFFIC)
+    parser.add_argument("--max-graphs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="neuronc-bench-buckets-"))
+    try:
+        report = _bench(scratch, args)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        print(json.dumps(report, indent=2))
+
+
+def _bench(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
+    env = {**os.environ, "NEURONC_STORE": str(scratch / "store"), "NEURONC_GRAPH_CACHE": str(scratch / "graphs")}
+    shutil.copytree(MODEL, scratch / "models" / "tiny-llama")
+    default, suggested = scratch / "default.yaml", scratch / "suggested.yaml"
+    shutil.copy(PROFILE, default)
+    shutil.copy(PROFILE, suggested)
+    analysis = _neuronc(
+        ["buckets", str(suggested), "--traffic", str(args.traffic), "--max-graphs", str(args.max_graphs), "--write"],
+        env,
+    )
+    say = (lambda *a: None) if args.json else print
+    for name, figures in (("default", analysis["current"]), ("suggested", analysis["suggested"])):
+        say(
+            f"{name:>9}: context {figures['context_buckets']} token {figures['token_buckets']}: "
+            f"{figures['graphs']} graphs, predicted padding {figures['padded_tokens']} tokens ({figures['padded_share']:.1%})"
+        )
+    bundles = {}
+    for name, profile in (("default", default), ("suggested", suggested)):
+        bundle, seconds = _compile(profile, env)
+        say(f"compiled {name} in {seconds:.1f} s: {bundle}")
+        bundles[name] = bundle
+
+    os.environ.update({k: env[k] for k in ("NEURONC_STORE", "NEURONC_GRAPH_CACHE")})
+    from neuronc.buckets import load_traffic
+    from neuronc.runtime import load
+
+    requests = [(r.prompt_tokens, r.output_tokens) for r in load_traffic(args.traffic).requests]
+    runners = {name: load(bundle) for name, bundle in bundles.items()}
+    corpus = runners["default"].encode(CORPUS.read_text(encoding="utf-8")[:20000])
+    walls: dict[str, list[float]] = {name: [] for name in runners}
+    counts: dict[str, dict[str, int]] = {}
+    outputs: dict[str, list[list[int]]] = {}
+    for _ in range(args.rounds):
+        for name, runner in runners.items():
+            wall, counts[name], outputs[name] = _replay(runner, requests, corpus)
+            walls[name].append(wall)
+    same = sum(a == b for a, b in zip(outputs["default"], outputs["suggested"], strict=True))
+    report: dict[str, Any] = {"requests": len(requests), "max_graphs": args.max_graphs, "rounds": args.rounds}
+    for name in runners:
+        c = counts[name]
+        padded = c["context_padded"] + c["token_padded"]
+        report[name] = {
+            "context_buckets": runners[name].context_buckets,
+            "token_buckets": runners[name].token_buckets,
+            **c,
+            "padded_tokens": padded,
+            "padded_share": round(padded / (padded + c["context_real"] + c["token_real"]), 4),
+            "wall_seconds_median": round(statistics.median(walls[name]), 3),
+            "wall_seconds": [round(w, 3) for w in walls[name]],
+        }
+    d, s = report["default"], report["suggested"]
+    report["padded_tokens_ratio"] = round(s["padded_tokens"] / d["padded_tokens"], 4)
+    report["wall_ratio"] = round(s["wall_seconds_median"] / d["wall_seconds_median"], 4)
+    report["wall_ratios_by_round"] = [
+        round(b / a, 4) for a, b in zip(walls["default"], walls["suggested"], strict=True)
+    ]
+    report["predicted_padded_tokens"] = {
+        "default": analysis["current"]["padded_tokens"],
+        "suggested": analysis["suggested"]["padded_tokens"],
+    }
+    report["identical_outputs"] = same
+    report["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    report["pass"] = report["padded_tokens_ratio"] < 1 and report["wall_ratio"] < 1
+    for name in runners:
+        r = report[name]
+        say(
+            f"{name:>9}: padded {r['padded_tokens']} tokens ({r['padded_share']:.1%}; context {r['context_padded']}, "
+            f"token generation {r['token_padded']}), replay wall median {r['wall_seconds_median']:.2f} s {r['wall_seconds']}"
+        )
+    say(
+        f"suggested / default: padded tokens {report['padded_tokens_ratio']:.3f}, wall {report['wall_ratio']:.3f} "
+        f"(per round {report['wall_ratios_by_round']})"
+    )
+    say(
+        f"runner padding equals the prediction: {report['predicted_padded_tokens'] == {n: report[n]['padded_tokens'] for n in runners}}"
+    )
+    say(
+        f"identical greedy outputs: {same} of {len(requests)}; load average {report['load_average']} on {os.cpu_count()} cores"
+    )
+    say(f"target: both ratios below 1: {'PASS' if report['pass'] else 'FAIL'}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
