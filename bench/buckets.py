@@ -1,6 +1,6 @@
 """Buckets from traffic, proven on the CPU backend: the demo's buckets against the suggested ones, in one run.
 
-Usage: python bench/buckets.py [--traffic FILE] [--max-graphs K] [--rounds N] [--json]
+Usage: python bench/buckets.py [--traffic FILE] [--max-graphs K] [--rounds N] [--work DIR] [--json]
 
 1. Copies the demo profile and model into a scratch directory; compiles the profile as shipped
    (context buckets 32, 64; token bucket 128) with `neuronc compile` into a fresh store and graph
@@ -13,7 +13,8 @@ Usage: python bench/buckets.py [--traffic FILE] [--max-graphs K] [--rounds N] [-
    greedy, ``output_tokens`` new tokens (EOS ignored). Padded tokens are counted from the runner's
    own routing (``context_graph_for`` / ``token_graph_for``: bucket minus the real tokens, per prefill
    and per decode step); wall time is the whole replay, the two bundles in turn (A B A B ...),
-   ``--rounds`` times, medians.
+   ``--rounds`` times, medians. ``--work DIR`` keeps the store and graph cache there, so a second
+   run replays without compiling again (each compile of the demo is minutes on a busy machine).
 4. Prints both, and the ratios suggested / default. Target (issue 31): both ratios below 1.
 """
 
@@ -84,21 +85,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traffic", type=Path, default=TRAFFIC)
     parser.add_argument("--max-graphs", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--work", type=Path, help="keep the store and graph cache here (default: a temporary directory)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="neuronc-bench-buckets-"))
+    scratch = args.work or Path(tempfile.mkdtemp(prefix="neuronc-bench-buckets-"))
+    scratch.mkdir(parents=True, exist_ok=True)
     try:
-        report = _bench(scratch, args)
+        report = _bench(scratch.resolve(), args)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if args.work is None:
+            shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
         print(json.dumps(report, indent=2))
 
 
 def _bench(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "NEURONC_STORE": str(scratch / "store"), "NEURONC_GRAPH_CACHE": str(scratch / "graphs")}
-    shutil.copytree(MODEL, scratch / "models" / "tiny-llama")
+    shutil.copytree(MODEL, scratch / "models" / "tiny-llama", dirs_exist_ok=True)
     default, suggested = scratch / "default.yaml", scratch / "suggested.yaml"
     shutil.copy(PROFILE, default)
     shutil.copy(PROFILE, suggested)
@@ -124,7 +130,7 @@ def _bench(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     requests = [(r.prompt_tokens, r.output_tokens) for r in load_traffic(args.traffic).requests]
     runners = {name: load(bundle) for name, bundle in bundles.items()}
-    corpus = runners["default"].encode(CORPUS.read_text(encoding="utf-8")[:20000])
+    corpus = runners["default"].encode(CORPUS.read_text(encoding="utf-8")[:3000])
     walls: dict[str, list[float]] = {name: [] for name in runners}
     counts: dict[str, dict[str, int]] = {}
     outputs: dict[str, list[list[int]]] = {}

@@ -343,3 +343,35 @@ def test_compile_time_is_estimated_from_the_stores_earlier_builds(demo: Any, tmp
     assert analysis.suggested.compile_seconds is not None and analysis.suggested.graphs == 6
     empty = analyse_profile(demo.profile, traffic, store=tmp_path / "empty-store")
     assert empty.current.compile_seconds is None and "no earlier builds" in empty.current.compile_basis
+
+
+def test_vllm_neuron_decode_buckets_are_multiples_of_128(tmp_path: Path, tiny_llama: Path) -> None:
+    shutil.copytree(tiny_llama, tmp_path / "model")
+    profile = tmp_path / "vllm.yaml"
+    profile.write_text(
+        "model: {id: ./model}\nbackend: vllm-neuron\ntarget: trn2\ntp_degree: 2\nbatch_size: 4\n"
+        "sequence: {max_length: 512, context_buckets: [256, 512], token_buckets: [512]}\n"
+    )
+    rng = random.Random(5)
+    traffic = tmp_path / "t.jsonl"
+    lines = [(rng.randint(20, 150), rng.randint(10, 200)) for _ in range(200)] + [(300, 150)] * 5
+    traffic.write_text("".join(json.dumps({"prompt_tokens": p, "output_tokens": m}) + "\n" for p, m in lines))
+    result = CliRunner().invoke(app, ["buckets", str(profile), "--traffic", str(traffic), "--json", "-k", "3"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    token = document["suggested"]["token_buckets"]
+    assert token[-1] == 512 and all(b % 128 == 0 for b in token) and len(token) <= 3
+    assert document["rules"]["token"]["multiple"] == 128
+    assert document["suggested"]["padded_tokens"] <= document["current"]["padded_tokens"]
+    # Prefill buckets have no rule but the limit: the longest prompt seen is the largest.
+    assert document["suggested"]["context_buckets"][-1] == 300
+
+
+def test_optimum_neuron_has_nothing_to_choose() -> None:
+    [spec] = parse_profile(
+        "model: {id: org/m}\nbackend: optimum-neuron\ntarget: inf2\nsequence: {max_length: 256}\n",
+        check_model_config=False,
+    ).builds
+    analysis = analyse(spec, get_backend(spec.backend), Traffic([Request(10, 5), Request(90, 30)], "t", "jsonl"))
+    assert analysis.suggested.context_buckets == (256,) and analysis.suggested.token_buckets == (256,)
+    assert any("nothing to choose" in note for note in analysis.notes)
