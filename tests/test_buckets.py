@@ -198,6 +198,10 @@ def test_guidellm_report_and_synthetic_spec(tmp_path: Path) -> None:
     assert loaded.requests == [Request(7, 3), Request(9, 2)]
     spec = tmp_path / "spec.txt"
     spec.write_text("prompt_tokens=20,prompt_tokens_stdev=5,output_tokens=8,samples=500\n")
+    assert (
+        load_traffic("prompt_tokens=20,prompt_tokens_stdev=5,output_tokens=8,samples=500").requests
+        == load_traffic(spec).requests
+    )
     sampled = load_traffic(spec)
     assert sampled.format == "guidellm-synthetic" and len(sampled.requests) == 500
     # guidellm's sampler: gauss clipped to mean +- 5 stdev (no min given: at least 1).

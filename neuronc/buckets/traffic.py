@@ -12,6 +12,7 @@ is a JSONL file of one request, not a spec):
   ``GenerativeBenchmarksReport.benchmarks[].requests.successful[]``, whose ``GenerativeRequestStats``
   serialises both counts; ``schemas/base/request_stats.py``).
 - A GuideLLM synthetic data spec, as a JSON/YAML mapping or guidellm's own ``key=value,...`` string
+  (in a file, or given instead of a file name)
   (``prompt_tokens``, ``prompt_tokens_stdev|_min|_max``, ``output_tokens`` and the same suffixes,
   ``samples``; guidellm 0.8 ``SyntheticTextDataArgs``): sampled here as guidellm samples it
   (``utils/random.py`` ``IntegerRangeSampler``: a seeded gauss clipped to [min, max], min default
@@ -76,6 +77,8 @@ def load_traffic(path: str | os.PathLike[str], tokenizer: Callable[[], Tokenizer
     try:
         raw = read_bytes_limited(Path(path), MAX_TRAFFIC_BYTES, what="traffic file")
     except FileNotFoundError:
+        if "=" in display and "\n" not in display:  # guidellm's --data form, given as the value itself
+            return Traffic(synthetic_requests(_arg_string(display, display), display), display, "guidellm-synthetic")
         raise InvalidInputError(f"{display}: no such traffic file", hint=_HINT) from None
     except OSError as exc:
         raise InvalidInputError(f"{display}: cannot read: {exc.strerror or exc}") from None

@@ -18,7 +18,8 @@ _EPILOG = (
     "neuronc buckets p.yaml --traffic guidellm-report.json --max-graphs 3 --write · "
     "neuronc buckets p.yaml --traffic 'prompt_tokens=512,prompt_tokens_stdev=128,output_tokens=256' --json. "
     'Traffic: JSONL of {"prompt_tokens": N, "output_tokens": M} or {"prompt": "..."}, a GuideLLM '
-    "benchmark report, or a GuideLLM synthetic data spec (a file). See docs/profiles.md#choosing-buckets."
+    "benchmark report, or a GuideLLM synthetic data spec (a file, or key=value,... itself). "
+    "See docs/profiles.md#choosing-buckets."
 )
 
 
@@ -27,7 +28,9 @@ def buckets_command(
     profile: Annotated[Path, cli.Argument(help="A profile YAML file.", show_default=False)],
     traffic: Annotated[
         Path,
-        cli.Option("--traffic", help="The requests to serve (JSONL, GuideLLM report or spec).", show_default=False),
+        cli.Option(
+            "--traffic", help="The requests to serve (JSONL, GuideLLM report or data spec).", show_default=False
+        ),
     ],
     max_graphs: Annotated[
         int, cli.Option("--max-graphs", "-k", min=1, max=64, help="Buckets (graphs) of each kind at most.")
