@@ -11,8 +11,8 @@ from typing import Any
 
 from neuronc.backends.base import Backend
 from neuronc.errors import NeuroncError, is_client_library_error, is_network_error, short_reason
-from neuronc.pipeline.context import UNRESOLVED
-from neuronc.preflight import Estimate, estimate, load_model_config
+from neuronc.pipeline.context import UNRESOLVED, BuildContext
+from neuronc.preflight import Estimate, estimate
 from neuronc.spec import BuildSpec
 
 
@@ -63,6 +63,8 @@ class BuildPlan:
     backend: Backend
     # The Neuron SDK release the build is judged against (the support matrix); None outside the SDK.
     neuron_sdk: dict[str, Any] | None = None
+    # The build as resolved for this plan (`plan --executor ray` places it without resolving again).
+    context: BuildContext | None = None
 
     @property
     def label(self) -> str:
@@ -87,6 +89,7 @@ class BuildPlan:
             "batch_size": spec.batch_size,
             "key": self.config_hash[:12] if self.resolved else UNRESOLVED,
             "config_hash": self.config_hash,
+            "revision": self.context.revision if self.context is not None else None,
             "toolchain_key": self.toolchain_key,
             "toolchain_label": self.toolchain_label,
             "toolchain_missing": list(self.toolchain_missing),
@@ -137,8 +140,9 @@ def plan_builds(
             )
         hf = hf_statuses[index]
         plan = ctx.plan
+        # Sized from config.json at the commit the key names (ctx.model_config), as compile sizes it.
         est = estimate(
-            spec, load_model_config(spec), backend=ctx.backend, graphs=len(plan.graphs), jobs=jobs, host_ram=host_ram
+            spec, ctx.model_config, backend=ctx.backend, graphs=len(plan.graphs), jobs=jobs, host_ram=host_ram
         )
         graphs = [
             {
@@ -162,6 +166,7 @@ def plan_builds(
                 graphs=graphs,
                 backend=ctx.backend,
                 neuron_sdk=release_json(ctx.backend.release_for(spec), spec.backend),
+                context=ctx,
             )
         )
     return plans
@@ -223,12 +228,15 @@ GITHUB_MATRIX_LIMIT = 256
 
 @dataclass(frozen=True)
 class MatrixEntry:
-    """One CI job: a bundle to build, its key for ``compile --only``, and the runner it needs."""
+    """One CI job: a bundle to build, its whole identity for ``compile --only KEY --revision COMMIT``
+    (the key and the commit the hub model's revision resolved to), and the runner it needs."""
 
     profile: str | None
     build: int
     # None when the model's revision cannot be resolved here (``unresolved`` says why).
     config_hash: str | None
+    # The commit the key was computed at (None for a local model directory, or unresolved).
+    revision: str | None
     unresolved: str | None
     name: str
     model: str
@@ -250,6 +258,7 @@ class MatrixEntry:
             "build": self.build,
             "key": self.key,
             "config_hash": self.config_hash,
+            "revision": self.revision,
             "name": self.name,
             "model": self.model,
             "backend": self.backend,
@@ -265,7 +274,9 @@ class MatrixEntry:
 def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
     """One entry per bundle, ready for a CI job matrix: profile, build index, key, expected runner.
 
-    ``key`` is the config hash prefix ``neuronc compile --only`` takes; ``runner`` is the smallest
+    ``key`` is the config hash prefix ``neuronc compile --only`` takes and ``revision`` the commit
+    ``--revision`` takes (the key names it: a job run after ``main`` moved builds this key, not
+    ``main``'s new one); ``runner`` is the smallest
     instance of the target's family with tp NeuronCores and the estimated host RAM for compile
     (``cpu`` for the CPU target).
     """
@@ -275,13 +286,14 @@ def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
     entries = []
     for spec in specs:
         ctx = resolve_build(spec, strict=False)
-        est = estimate(spec, load_model_config(spec), backend=ctx.backend, graphs=len(ctx.plan.graphs))
+        est = estimate(spec, ctx.model_config, backend=ctx.backend, graphs=len(ctx.plan.graphs))
         host = max(est.host_compile_bytes or 0, est.host_split_bytes or 0) or None
         entries.append(
             MatrixEntry(
                 profile=spec.profile_path,
                 build=spec.build_index,
                 config_hash=ctx.config_key.hash if ctx.config_key is not None else None,
+                revision=ctx.revision,
                 unresolved=ctx.unresolved.message if ctx.unresolved is not None else None,
                 name=spec.name or spec.model.id,
                 model=spec.model.id,

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from neuronc.backends.support import Release, Serves, Status, releases  # noqa: E402
+from neuronc.backends.support import Image, Release, Serves, Status, image_pins, releases  # noqa: E402
 from neuronc.backends.support_data import SOURCES  # noqa: E402
 
 BACKENDS = ("nxdi", "vllm-neuron", "torch-neuronx", "optimum-neuron", "transformers-neuronx")
@@ -54,8 +54,9 @@ def components_table() -> str:
     for release in releases():
         cells = [_release_cell(release), release.date or "?"]
         cells += [", ".join(release.packages.get(name, ())) or "—" for name, _ in COMPONENTS]
+        cells.append(", ".join(release.torchneuron) or "—")
         rows.append(cells)
-    return _table(["SDK", "date", *(label for _, label in COMPONENTS)], rows)
+    return _table(["SDK", "date", *(label for _, label in COMPONENTS), "TorchNeuron (as torch-neuronx)"], rows)
 
 
 def _support_cell(release: Release, backend: str) -> str:
@@ -63,7 +64,7 @@ def _support_cell(release: Release, backend: str) -> str:
     if entry is None:
         return "—"
     status = "" if entry.status is Status.SUPPORTED else f" ({entry.status})"
-    return ", ".join(entry.targets) + status
+    return ", ".join(f"{t}²" if t in entry.named_only else t for t in entry.targets) + status
 
 
 def backends_table() -> str:
@@ -77,14 +78,25 @@ V0_FORK = (
     "the image's Dockerfile), whose parser is neither on PyPI nor in a public source neuronc could check against"
 )
 NO_IMAGE = "none published: deploy refuses `sdk: {version}` naming {nearest}'s image{why}"
+UNKNOWN_PIN = "unknown (no source)"
 
 
-def _components(image_packages: Mapping[str, str], release: Release) -> tuple[str, str]:
-    cc = image_packages.get("neuronx-cc") or release.version_of("neuronx-cc") or "–"
-    if "neuronx-distributed-inference" in image_packages:
-        return cc, f"NxDI {image_packages['neuronx-distributed-inference']}"
-    lite = image_packages.get("libtorch-neuronx-lite")
-    return cc, f"lite {lite}" if lite else "–"
+def _components(image: Image, release: Release) -> tuple[str, str, str]:
+    """neuronx-cc, NKI and what else the image pins that a bundle is tied to (support.image_pins)."""
+    pins = image_pins(image)
+    packages: Mapping[str, str] = image.packages
+    cc = packages.get("neuronx-cc") or release.version_of("neuronx-cc") or "–"
+    nki = packages.get("nki") or "–"
+    if "neuronx-distributed-inference" in packages:
+        torch = packages.get("torch-neuronx")
+        return (
+            cc,
+            nki,
+            f"NxDI {packages['neuronx-distributed-inference']}" + (f", torch-neuronx {torch}" if torch else ""),
+        )
+    if "libtorch-neuronx-lite" in pins:
+        return cc, nki, f"lite {pins['libtorch-neuronx-lite'] or UNKNOWN_PIN}"
+    return cc, nki, "–"
 
 
 def images_table() -> str:
@@ -97,11 +109,12 @@ def images_table() -> str:
             nearest = previous.version if previous is not None else "?"
             why = "" if release.verified else " (no versions or tag of it were found)"
             rows.append([release.version, NO_IMAGE.format(version=release.version, nearest=nearest, why=why)])
-            rows[-1] += ["–"] * 6
+            rows[-1] += ["–"] * 7
         for image in served:
-            cc, library = _components(image.packages, release)
+            cc, nki, library = _components(image, release)
             if image.serves is Serves.VLLM_V0:
-                rows.append([release.version, f"`{image.tag}`", V0_FORK, f"{image.vllm} (fork)", "–", cc, library, "–"])
+                row = [release.version, f"`{image.tag}`", V0_FORK, f"{image.vllm} (fork)", "–", cc, nki, library, "–"]
+                rows.append(row)
                 continue
             rows.append(
                 [
@@ -111,21 +124,77 @@ def images_table() -> str:
                     image.vllm or "–",
                     image.plugin or "–",
                     cc,
+                    nki,
                     library,
                     f"vLLM {image.vllm}",
                 ]
             )
         if served:
             previous = release
-    header = ["SDK", "tag", "serves", "vLLM", "vllm-neuron", "neuronx-cc", "NxDI / lite", "flags checked with"]
-    return _table(header, rows)
+    header = ["SDK", "tag", "serves", "vLLM", "vllm-neuron", "neuronx-cc", "NKI", "NxDI / lite", "flags checked with"]
+    return "\n".join([_table(header, rows), "", *IMAGE_NOTES])
+
+
+# Said under the images table (docs/deploy.md): what deploy compares, and what was never run.
+IMAGE_NOTES = (
+    "Deploy (and a compile in the image) compares what the image pins: neuronx-cc, NKI and "
+    "libtorch-neuronx-lite for vllm-neuron (the plugin's cache key), neuronx-cc, NxDI and torch-neuronx for NxD "
+    "Inference (`support.pin_mismatches`); vLLM, vllm-neuron and torch are recorded in the manifest, not "
+    f"compared. A pin shown as {UNKNOWN_PIN} cannot be checked: a host-compiled bundle is refused that image "
+    "(a bundle compiled in the image, by digest, or `--image` is served). None of these images has a SageMaker "
+    "serving integration (`DLC-NO-SAGEMAKER`): `--for sagemaker` of an NxDI or vllm-neuron bundle is refused "
+    "with the way to build your own image. Nothing here was pulled or run on a Neuron device.",
+)
+
+
+def _span(versions: list[str]) -> str:
+    return versions[0] if len(versions) == 1 else f"{versions[0]}–{versions[-1]}"
+
+
+def _backend_notes() -> list[str]:
+    """Per backend: the releases used only when sdk: names them (and why), and the LNC values it takes."""
+    lines = []
+    for backend in BACKENDS:
+        # reason -> (targets, releases), in table order
+        named: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
+        notes: dict[str, dict[str, None]] = {}
+        lnc = ""
+        for release in releases():
+            entry = release.backends.get(backend)
+            if entry is None:
+                continue
+            for target, why in entry.named_only.items():
+                targets, versions = named.setdefault(why, ({}, {}))
+                targets[target] = None
+                versions[release.version] = None
+            if entry.lnc is not None and entry.lnc_note:
+                lnc = f"LNC {', '.join(map(str, entry.lnc))} only: {entry.lnc_note}"
+            if entry.named_only and entry.note:
+                notes.setdefault(entry.note, {})[release.version] = None
+        for note, versions in notes.items():
+            lines.append(f"- {backend}, SDK {_span(list(versions))}: {note}")
+        for why, (targets, versions) in named.items():
+            lines.append(
+                f"- {backend} on {', '.join(targets)}, SDK {_span(list(versions))}: ² only when `sdk:` names it; {why}"
+            )
+        if lnc:
+            lines.append(f"- {backend}: {lnc}")
+    return lines
 
 
 def notes_list() -> str:
     lines = [f"- **{r.version}**: {r.note}" for r in releases() if r.note]
+    lines += _backend_notes()
     lines += [
         "",
         "¹ carried from the previous release: no release notes, component versions or image tags of it were found.",
+        "² used only when the profile's `sdk:` names the release: without `sdk:` the build resolves to the newest "
+        "release that needs no naming, and an installed release of this kind is refused unless named.",
+        "",
+        "Nothing in this matrix ran on a Neuron device: every row is read from the sources below. Unverified on "
+        "hardware in particular: Trn3 on 2.27.0–2.28.1 (release notes only), NxD Inference on Inf2/Trn1 from 2.29, "
+        "the 2.33 native route's CPU compile, and whether a cache compiled with one libtorch-neuronx-lite build "
+        "misses with another (2.33.0 → 2.33.1).",
     ]
     return "\n".join(lines)
 

@@ -17,12 +17,16 @@ The corpus is scripts/demo-corpus/alice29.txt (Lewis Carroll, Alice's Adventures
 1865; public domain; where it comes from is in the README beside it).
 
 Deterministic: the same seed gives the same bytes. The tokenizer's training is deterministic; the
-weights' training runs on one thread, with ATen's portable kernels (ATEN_CPU_CAPABILITY=default) and
-MKL's conditional numerical reproducibility in its compatible mode (MKL_CBWR=COMPATIBLE), so that
-neither depends on which vector instructions the CPU has. The script re-executes itself with those
-variables set when they are not (they must be set before torch is imported). The files depend on the
-versions of torch (setup.sh pins 2.13.0) and tokenizers that ran it; ``--check`` says whether this
-machine reproduces the shipped files.
+weights' training runs on one thread and uses no kernel that torch picks by the CPU's vector ISA:
+ATen's portable kernels (ATEN_CPU_CAPABILITY=default, not its AVX2/AVX-512 builds), MKL's conditional
+numerical reproducibility in its compatible mode (MKL_CBWR=COMPATIBLE: one SSE2 code path whatever
+MKL_ENABLE_INSTRUCTIONS allows), and no oneDNN at all (``torch.backends.mkldnn.enabled = False``;
+oneDNN chooses AVX-512 or AMX kernels up to ONEDNN_MAX_CPU_ISA), with float32 matmuls at "highest"
+precision (no bf16/tf32 shortcuts). The script re-executes itself with those variables set when they
+are not (they must be set before torch is imported). tests/test_demo_model.py retrains with the ISA
+knobs forced as an AVX2 machine and as an AVX-512/AMX machine would set them, and expects the shipped
+bytes both times. The files depend on the versions of torch (setup.sh pins 2.13.0) and tokenizers
+that ran it, and on an x86-64 CPU (MKL); ``--check`` says whether this machine reproduces them.
 
 Training uses a small Llama written here in plain torch rather than transformers' LlamaForCausalLM:
 transformers' weight initialisation and module internals differ between the 4.57 and 5.x series
@@ -320,6 +324,9 @@ def build(out_dir: Path, *, seed: int = SEED, steps: int = STEPS, corpus: Path =
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     torch.use_deterministic_algorithms(True)
+    # No kernel chosen by the CPU's ISA (see the module docstring): oneDNN off, exact fp32 matmuls.
+    torch.backends.mkldnn.enabled = False
+    torch.set_float32_matmul_precision("highest")
     paragraphs = corpus_paragraphs(corpus)
     tokenizer = train_tokenizer(paragraphs)
     files = text_files(tokenizer)

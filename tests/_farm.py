@@ -61,7 +61,16 @@ class Farm:
             return []
         return [line.rsplit(" ", 1) for line in self.compile_log.read_text().splitlines()]
 
-    def add_node(self, name: str, *, cpus: int = 1, memory: int = 2 * GIB, **resources: float) -> Any:
+    def add_node(
+        self,
+        name: str,
+        *,
+        cpus: int = 1,
+        memory: int = 2 * GIB,
+        env: Mapping[str, str] | None = None,
+        **resources: float,
+    ) -> Any:
+        """A worker node; ``env`` is what this node alone has (another SDK version installed)."""
         node_env = {
             **self.env,
             "NEURONC_TEST_NODE": name,
@@ -71,6 +80,7 @@ class Farm:
             # ... but one graph cache, as nodes that mount a shared cache volume have.
             "NEURONC_GRAPH_CACHE": str(self.root / "graphs"),
             "NEURONC_TEST_COMPILE_LOG": str(self.compile_log),
+            **(env or {}),
         }
         node = self.cluster.add_node(
             num_cpus=cpus, memory=memory, resources=dict(resources), env_vars=node_env, object_store_memory=80 * 2**20

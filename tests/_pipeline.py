@@ -104,19 +104,24 @@ def write_profile(
     return path
 
 
-def fake_hub_cache(hf_home: Path, repo: str, commit: str, model: Path) -> Path:
+def fake_hub_cache(hf_home: Path, repo: str, commit: str, model: Path, *, ref: str = "main") -> Path:
     """Put ``model``'s files in a Hugging Face cache under ``hf_home`` as huggingface_hub lays one out:
-    blobs named by hash, a snapshot of symlinks to them, and ``refs/main`` pointing at ``commit``."""
+    blobs named by hash, a snapshot of symlinks to them, and ``refs/<ref>`` pointing at ``commit``.
+
+    Called again with another commit, it adds that snapshot and moves the ref, as a download after
+    the repo's ``main`` moved does (the earlier snapshot stays)."""
     root = hf_home / "hub" / f"models--{repo.replace('/', '--')}"
-    (root / "blobs").mkdir(parents=True)
+    (root / "blobs").mkdir(parents=True, exist_ok=True)
     snapshot = root / "snapshots" / commit
-    snapshot.mkdir(parents=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
     for path in model.iterdir():
         data = path.read_bytes()
         digest = hashlib.sha256(data) if path.suffix == ".safetensors" else hashlib.sha1(data)
         blob = root / "blobs" / digest.hexdigest()
         blob.write_bytes(data)
-        (snapshot / path.name).symlink_to(os.path.relpath(blob, snapshot))
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(commit)
+        link = snapshot / path.name
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(blob, snapshot))
+    (root / "refs").mkdir(exist_ok=True)
+    (root / "refs" / ref).write_text(commit)
     return root

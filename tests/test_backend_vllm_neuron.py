@@ -116,13 +116,14 @@ def test_decode_buckets_must_be_multiples_of_128(tmp_path: Path, tiny_llama: Pat
     assert "multiples of 128: 200 are not" in "\n".join(info.value.details)
 
 
-def test_the_default_release_is_the_newest_with_a_dlc_image(
+def test_the_default_release_is_the_newest_with_a_documented_compile_route_and_a_dlc_image(
     tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
 ) -> None:
+    # 2.33's native route has no documented CPU compile (issue 28): used only when sdk: names it.
     spec = spec_for(tmp_path, tiny_llama, target="trn3")
     resolution = get_backend("vllm-neuron").release_for(spec)
-    assert resolution.release is not None and resolution.release.version == "2.33.0"
-    assert resolution.how == "newest" and "2.33.1 has no known DLC image" in resolution.notes[0]
+    assert resolution.release is not None and resolution.release.version == "2.32.0"
+    assert resolution.how == "newest" and "SDK 2.33.0–2.33.1 only when sdk: names it" in resolution.notes[0]
 
 
 # -- compiling in the release's DLC image ---------------------------------------------------------------
@@ -132,7 +133,7 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
 ) -> None:
     fake_runtime.add_release_images()
-    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'\noptions: {logical_nc_config: 1}")
+    profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
     code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
     assert code == 0, (report, err)
     bundle = Path(report["builds"][0]["bundle"])
@@ -142,7 +143,7 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     assert info["release"] == "2.32.0" and info["plugin"] == "0.24.0.1.1.0"
     assert info["runner"]["image"] == image.reference
     assert info["runner"]["pinned"].startswith(image.repository + "@sha256:")
-    assert info["logical_nc_config"] == 1 and info["platform_target"] == "trn2"
+    assert info["logical_nc_config"] == 2 and info["platform_target"] == "trn2"  # LNC 1: refused (issue 28)
     # The toolchain key covers the image's versions (checked inside it), not this host's.
     assert {k: v for k, v in manifest.toolchain.items() if k != "neuronc"} == dict(sorted(image.packages.items()))
     assert info["versions_in_runner"]["neuronx-cc"] == "2.27.5334.0"
@@ -162,7 +163,7 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     assert info["runner"]["pinned"] in run["run"]
     assert run["env"]["VLLM_NEURON_CPU_COMPILE"] == "1"
     assert run["env"]["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn2"
-    assert run["env"]["NEURON_LOGICAL_NC_CONFIG"] == "1"
+    assert run["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2"
     assert run["env"]["VLLM_CACHE_ROOT"] == "/neuronc/vllm-cache"
     assert "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS" in run["env"]  # the 0.24 name, not VLLM_NEURON_*
     assert [m[1:] for m in run["mounts"]] == [["/neuronc", False], ["/bundle/artifacts/checkpoint", True]]
@@ -324,8 +325,8 @@ def test_inspect_verify_plan_matrix_and_cache_lookup_work_for_it(
 def test_a_host_whose_versions_two_releases_share_compiles_for_either(
     tmp_path: Path, tiny_llama: Path, vllm_neuron_host: Any
 ) -> None:
-    # 2.33.1's row carries 2.33.0's versions: a 2.33 host is both, and is recorded as 2.33.0 (the
-    # release with an image, which deploy serves it with).
+    # A 2.33 host without libtorch-neuronx-lite metadata is both 2.33.0 and 2.33.1 (they differ in the
+    # lite build only): sdk: '2.33.0' compiles here.
     vllm_neuron_host("2.33.0")
     profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.33.0'")
     code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
@@ -333,12 +334,13 @@ def test_a_host_whose_versions_two_releases_share_compiles_for_either(
     assert read_manifest(Path(report["builds"][0]["bundle"])).extra["vllm_neuron"]["runner"]["kind"] == "host"
     # The same build without sdk: (another store: sdk: is not hashed, so the first store has it).
     profile = write_profile(tmp_path / "auto", tiny_llama)
+    # Without sdk: the installed 2.33 is not used (its native route's CPU compile is unverified, issue 28):
+    # refused at validate, naming sdk:.
     code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store2"))
-    assert code == 0, (report, err)
-    manifest = read_manifest(Path(report["builds"][0]["bundle"]))
-    assert (
-        manifest.extra["neuron_sdk"]["release"] == "2.33.0" and manifest.extra["neuron_sdk"]["chosen_by"] == "installed"
-    )
+    assert code == 2, (report, err)
+    text = json.dumps(report)
+    assert "(the installed toolchain) builds vllm-neuron for trn2 only when the profile's sdk: names it" in text
+    assert "set sdk: '2.33'" in text
 
 
 def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(

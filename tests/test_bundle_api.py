@@ -23,6 +23,7 @@ from neuronc.bundle import (
 )
 from neuronc.bundle import _manifest as manifest_module
 from neuronc.cli import app
+from neuronc.errors import CompileError
 
 
 def _manifest(tmp_path: Path, toolchain: dict[str, str | None]) -> Any:
@@ -87,7 +88,8 @@ def test_writer_refuses_symlinks_and_lying_producers(tmp_path: Path) -> None:
     (tmp_path / "secret").write_bytes(b"s")
     with BundleWriter(tmp_path / "b") as w:
         (w.artifacts_dir / "link").symlink_to(tmp_path / "secret")
-        with pytest.raises(ValueError, match="regular files only"):
+        # Issue 34: what a backend leaves in staging is a compile failure (exit 3) naming the file.
+        with pytest.raises(CompileError, match="artifacts/link: the backend left a symbolic link"):
             w.finish(BuildRecord.for_build(make_spec(), spec_key(make_spec()), {}))
     assert not (tmp_path / "b").exists()
     with BundleWriter(tmp_path / "c") as w:

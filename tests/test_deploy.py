@@ -231,8 +231,13 @@ def test_vllm_nxdi_compose_mounts_artifacts_read_only_on_disjoint_devices(tmp_pa
     seen: set[str] = set()
     for service in replicas.values():
         assert service["volumes"] == [
-            f"{bundle.absolute()}/model:/bundle/model:ro",
-            f"{bundle.absolute()}/artifacts:/bundle/artifacts:ro",
+            {"type": "bind", "source": f"{bundle.absolute()}/model", "target": "/bundle/model", "read_only": True},
+            {
+                "type": "bind",
+                "source": f"{bundle.absolute()}/artifacts",
+                "target": "/bundle/artifacts",
+                "read_only": True,
+            },
         ]
         assert service["environment"] == {"NEURON_COMPILED_ARTIFACTS": "/bundle/artifacts"}
         assert service["command"][:3] == ["vllm", "serve", "/bundle/model"]
@@ -289,7 +294,10 @@ def test_optimum_bundle_serves_with_optimum_cli_and_its_image(tmp_path: Path) ->
             "SM_ON_BATCH_SIZE": "8",
             "SM_ON_SEQUENCE_LENGTH": "4096",
         }
-        assert service["volumes"] == ["/srv/b/model:/bundle/model:ro", "/srv/b/artifacts:/bundle/artifacts:ro"]
+        assert service["volumes"] == [
+            {"type": "bind", "source": "/srv/b/model", "target": "/bundle/model", "read_only": True},
+            {"type": "bind", "source": "/srv/b/artifacts", "target": "/bundle/artifacts", "read_only": True},
+        ]
     assert re.search(r"server vllm-0:8080 ", files["nginx.conf"])
     argv = _exec_argv(files["serve.sh"])
     assert argv[:3] == ["optimum-cli", "neuron", "serve"]

@@ -58,7 +58,8 @@ def test_shipped_profile_deploys_where_it_can(shipped: dict[str, Path], name: st
                 services = yaml.safe_load(files["docker-compose.yml"])["services"]
                 for service_name, service in services.items():
                     if service_name != "nginx":
-                        assert f"{bundle}/artifacts:/bundle/artifacts:ro" in service["volumes"]
+                        mount = {"type": "bind", "source": f"{bundle}/artifacts", "target": "/bundle/artifacts"}
+                        assert {**mount, "read_only": True} in service["volumes"]
         else:
             with pytest.raises(InvalidInputError) as caught:
                 render(bundle, stack)

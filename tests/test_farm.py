@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import yaml
 from _farm import GIB, Farm, start_farm, wait_for
-from _pipeline import write_profile, write_tiny_llama
+from _pipeline import fake_hub_cache, write_profile, write_tiny_llama
 from _seaweedfs import SeaweedFS, use_server_and_make_bucket
+from plugins.fake_backend import VERSION_ENV
 
 pytestmark = [pytest.mark.ray, pytest.mark.s3]
 
@@ -307,3 +308,69 @@ def test_a_node_without_the_backends_sdk_fails_that_build_with_exit_5_naming_the
     assert "cannot compile on this machine" in failed["error"]["message"]
     assert "(on Ray node " in failed["error"]["message"]
     assert failed["error"]["hint"] == "pip install neuronc-test-sdk-that-does-not-exist"
+
+
+# -- the driver's resolution travels with the task ------------------------------------------------
+
+
+def test_a_moved_main_never_makes_a_node_publish_an_unselected_key(farm: Farm, store: str, tmp_path: Path) -> None:
+    """An unpinned Hub model whose `main` moves between `matrix` and the compile: the nodes build the
+    commit the key names (the driver's resolution), never the one their own refs say now."""
+    repo = f"acme/moved-{secrets.token_hex(3)}"
+    first, moved = "a1" * 20, "b2" * 20
+    source = write_tiny_llama(tmp_path / "src")
+    driver_hf = tmp_path / "driver-hf"
+    fake_hub_cache(driver_hf, repo, first, source)
+    for name in list(farm.nodes):  # every node has both commits, and its refs/main has moved already
+        for commit in (first, moved):
+            fake_hub_cache(farm.root / "nodes" / name / "hf", repo, commit, source)
+    driver = {"HF_HOME": str(driver_hf)}
+    profile = write_profile(tmp_path / "hub.yaml", model=repo)
+    [entry] = document(farm.neuronc("matrix", str(profile), "--format", "json", env=driver), "matrix")["include"]
+    assert entry["revision"] == first
+
+    # The driver resolves main (first); the nodes, whose main is `moved`, build the driver's commit.
+    args = ["compile", str(profile), "--executor", "ray", "--json"]
+    result = farm.neuronc(*args, "--store", store, env=driver)
+    assert result.returncode == 0, result.stderr
+    [build] = document(result, "compile-report")["builds"]
+    assert (build["status"], build["config_hash"]) == ("built", entry["config_hash"])
+    [published] = bundles_in(store, tmp_path)
+    assert published.manifest.config_hash == entry["config_hash"]
+    assert published.manifest.hashed_inputs["model.identity"] == {"hub_id": repo, "revision": first}
+
+    # Now the driver's main moved too: the matrix's key and revision still build exactly that key.
+    fake_hub_cache(driver_hf, repo, moved, source)
+    other = store.replace("/bundles", "/bundles-after-move")
+    lost = farm.neuronc(*args, "--store", other, "--only", entry["key"], env=driver)
+    assert lost.returncode == 2, lost.stderr
+    assert f"{repo}@main moved from {first} to {moved}" in document(lost)["error"]["message"]
+    again = farm.neuronc(*args, "--store", other, "--only", entry["key"], "--revision", first, env=driver)
+    assert again.returncode == 0, again.stderr
+    assert [(b["status"], b["config_hash"]) for b in document(again)["builds"]] == [("built", entry["config_hash"])]
+    assert [e.manifest.config_hash for e in bundles_in(other, tmp_path)] == [entry["config_hash"]]
+
+
+def test_a_node_whose_toolchain_gives_another_key_fails_that_build_with_exit_5(
+    farm: Farm, store: str, tmp_path: Path
+) -> None:
+    farm.add_node("other-sdk", memory=2 * GIB, env={VERSION_ENV: "9.9.9"}, other_sdk=1)
+    farm.cluster.wait_for_nodes()
+    try:
+        write_tiny_llama(tmp_path / "model")
+        profile = write_profile(tmp_path / "p.yaml")
+        args = ["compile", str(profile), "--executor", "ray", "--store", store, "--ray-resources", "other_sdk=1"]
+        result = farm.neuronc(*args, "--json")
+    finally:
+        farm.remove_node("other-sdk")
+    assert result.returncode == 5, result.stderr
+    [failed] = document(result, "compile-report")["builds"]
+    assert (failed["status"], failed["exit_code"], failed["error"]["error"]) == (
+        "failed",
+        5,
+        "environment_incompatible",
+    )
+    message = failed["error"]["message"]
+    assert "has another toolchain than the one key" in message and ": fake-cc (on Ray node " in message
+    assert failed["error"]["details"] == ["fake-cc: expected 1.2.3, here 9.9.9"]
+    assert bundles_in(store, tmp_path) == []  # nothing published under the node's key

@@ -431,13 +431,48 @@ def test_compile_sign_signs_the_stored_bundle_and_its_out_copy(runner: CliRunner
     assert signature["stored"] == str(bundle / SIGNATURE_NAME) and signature["out"] == str(pipeline / "o")
     trust = TrustRoot("key", key=keys.public)
     assert verify_signature(bundle, trust).verified and verify_signature(pipeline / "o", trust).verified
-    # A hit is signed too (a bundle compiled before signing was turned on gets its signature).
-    (bundle / SIGNATURE_NAME).unlink()
-    again = cli(runner, "compile", profile, "--store", store, "--sign", "--json", env=env)
-    assert again.exit_code == 0 and as_json(again)["builds"][0]["status"] == "hit"
-    assert verify_signature(bundle, trust).verified
+    # A hit carrying the signer's own valid signature keeps it: checked, not signed again.
+    signed_before = (bundle / SIGNATURE_NAME).read_bytes()
+    again = cli(runner, "compile", profile, "--store", store, "--out", pipeline / "o2", "--sign", "--json", env=env)
+    assert again.exit_code == 0, again.output
+    [kept] = as_json(again)["signatures"]
+    assert as_json(again)["builds"][0]["status"] == "hit" and kept["verified"] is True
+    assert (bundle / SIGNATURE_NAME).read_bytes() == signed_before
+    assert verify_signature(pipeline / "o2", trust).verified
     # Without --sign the report has no signatures key (its documented shape is unchanged).
     assert "signatures" not in as_json(cli(runner, "compile", profile, "--store", store, "--json"))
+
+
+def test_compile_sign_never_signs_a_store_hit_it_cannot_prove(runner: CliRunner, pipeline: Path, keys: Any) -> None:
+    """Issue 34 (1): a stored bundle changed and re-sealed by someone who can write the store must not
+    get the build key's signature; nor does a hit that was never signed (nothing proves it was built here)."""
+    from _pipeline import write_profile
+    from adversarial._bundles import edit_manifest
+
+    profile = write_profile(pipeline / "p.yaml")
+    store = pipeline / "store"
+    env = {"NEURONC_SIGNING_KEY": str(keys.private)}
+    built = cli(runner, "compile", profile, "--store", store, "--sign", "--json", env=env)
+    assert built.exit_code == 0, built.output
+    bundle = Path(as_json(built)["builds"][0]["bundle"])
+    trust = TrustRoot("key", key=keys.public)
+    # The attacker: a value changed, the manifest sealed again, the old signature left (or removed).
+    edit_manifest(bundle, lambda m: m["host"].update(hostname="attacker"))
+    for tamper in ("re-sealed, old signature", "re-sealed, signature removed"):
+        if tamper.endswith("removed"):
+            (bundle / SIGNATURE_NAME).unlink()
+        before = (bundle / SIGNATURE_NAME).read_bytes() if (bundle / SIGNATURE_NAME).exists() else None
+        again = cli(runner, "compile", profile, "--store", store, "--out", pipeline / "o", "--sign", "--json", env=env)
+        assert again.exit_code == 4, (tamper, again.output)
+        data = as_json(again)
+        assert data["builds"][0]["status"] == "hit" and data["signatures"] == []
+        assert data["exit_code"] == 4 and data["unsigned"][0].startswith(f"{profile}: it is not signed by this signer")
+        after = (bundle / SIGNATURE_NAME).read_bytes() if (bundle / SIGNATURE_NAME).exists() else None
+        assert after == before  # nothing signed it
+        with pytest.raises(SignatureError):
+            verify_signature(bundle, trust)
+        with pytest.raises(SignatureError):
+            verify_signature(pipeline / "o", trust)
 
 
 @pytest.mark.s3
@@ -464,3 +499,47 @@ def test_compile_sign_into_s3_stores_the_signature_for_other_hosts(
     assert fetched.exit_code == 0, fetched.output
     assert as_json(fetched)["signature"]["verified"] is True
     assert model_signing_verify(pipeline / "b", "key", "--public_key", str(keys.public)).returncode == 0
+
+
+# -- without the sign extra -----------------------------------------------------------------------
+
+_BLOCKER = '''
+import importlib.abc, sys
+
+class _NoSignExtra(importlib.abc.MetaPathFinder):
+    """As if `pip install neuronc` had been run without the sign extra."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"cryptography", "model_signing", "OpenSSL", "sigstore"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NoSignExtra())
+'''
+
+
+def test_sign_and_verify_signature_without_the_sign_extra_are_exit_5_with_the_install_hint(
+    tmp_path: Path, bundle: Path, keys: Any
+) -> None:
+    """Issue 34: `sign` and `verify --signature` without the extra end like a missing backend, not a traceback."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_BLOCKER)
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(tests)])}
+    for args in (
+        ["sign", str(bundle), "--key", str(keys.private)],
+        ["verify", str(bundle), "--signature", "--key", str(keys.public)],
+        ["verify", str(bundle), "--key", str(keys.public)],
+        ["deploy", str(bundle), "--for", "vllm", "--require-signature", "--key", str(keys.public)],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "neuronc", *args, "--json"], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert proc.returncode == 5, (args, proc.stdout, proc.stderr)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        document = json.loads(proc.stdout)
+        error = document.get("error", document)
+        error = error if isinstance(error, dict) else document
+        assert "pip install 'neuronc[sign]'" in error["hint"], (args, document)
+    assert not (bundle / SIGNATURE_NAME).exists()

@@ -52,10 +52,50 @@ class Image:
     plugin: str | None = None  # vllm-neuron
     python: str | None = None
     note: str = ""
+    # Packages the image pins at a version its release's manifest does not list (the Dockerfile wins).
+    off_release: tuple[str, ...] = ()
 
     @property
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
+
+
+# What each kind of image pins (its Dockerfile's ``ARG ..._VERSION`` lines) that a compiled artifact is
+# tied to. vllm-neuron: the plugin's cache key covers the libtorch-neuronx-lite, neuronx-cc and NKI
+# versions (vllm-neuron ``docs/design/compilation/compilation_cache.md``) and the DLC pins exactly those
+# three (aws-neuron/deep-learning-containers ``vllm/inference/0.21.0.1.0.0`` and ``0.24.0.1.1.0``
+# ``Dockerfile.neuronx``: NEURONX_CC_VERSION, NKI_VERSION, LIBTORCH_NEURONX_LITE_VERSION); vllm-neuron
+# comes from a git branch and vLLM and torch as its dependencies: recorded, never pinned. NxD Inference:
+# ``model.pt`` is TorchScript traced with one neuronx-cc, NxDI and torch-neuronx
+# (NEURONX_CC_VERSION, NEURONX_DISTRIBUTED_INFERENCE_VERSION, NEURONX_FRAMEWORK_VERSION).
+PINNED: dict[Serves, tuple[str, ...]] = {
+    Serves.VLLM_NEURON: ("neuronx-cc", "nki", "libtorch-neuronx-lite"),
+    Serves.NXDI: ("neuronx-cc", "neuronx-distributed-inference", "torch-neuronx"),
+}
+
+
+def image_pins(image: Image) -> dict[str, str | None]:
+    """The packages ``image`` pins that a compiled artifact is tied to, with the version the matrix
+    records for each (None where no source gave it)."""
+    return {name: image.packages.get(name) for name in PINNED.get(image.serves, ("neuronx-cc",))}
+
+
+def pin_mismatches(
+    image: Image, versions: Mapping[str, str | None], *, strict: bool = True
+) -> list[tuple[str, str | None, str | None]]:
+    """``(package, what the image pins, what versions has)`` for each package ``image`` pins whose version
+    differs from ``versions`` (a bundle's toolchain, or what a compile found in the image), compared on
+    public versions; a version ``versions`` lacks differs. A pin the matrix does not know (None) differs
+    when ``strict`` (deploy: nothing shows the bundle agrees with it), else is skipped (a compile that
+    reads the image's own versions). Empty: an artifact made with ``versions`` loads in ``image``."""
+    found = []
+    for name, pinned in image_pins(image).items():
+        have = versions.get(name)
+        if pinned is None and not strict:
+            continue
+        if pinned is None or public(have) != public(pinned):
+            found.append((name, pinned, have))
+    return found
 
 
 @dataclass(frozen=True)
@@ -66,6 +106,12 @@ class BackendSupport:
     status: Status = Status.SUPPORTED
     note: str = ""
     sources: tuple[str, ...] = ()
+    # Target -> why this release is used for it only when a profile's ``sdk:`` names it (never chosen
+    # by default, nor by the installed toolchain alone); the reason is a note wherever it is used.
+    named_only: Mapping[str, str] = field(default_factory=dict)
+    # The LNC values the backend compiles for (None: whatever the chip takes), and why.
+    lnc: tuple[int, ...] | None = None
+    lnc_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,6 +128,8 @@ class Release:
     note: str = ""
     # False where no upstream release notes were found and the row is carried from its predecessor.
     verified: bool = True
+    # TorchNeuron (the native PyTorch backend) versions published under the ``torch-neuronx`` name.
+    torchneuron: tuple[str, ...] = ()
 
     @property
     def key(self) -> Version:
@@ -97,6 +145,16 @@ class Release:
 
     def images_serving(self, serves: Serves) -> tuple[Image, ...]:
         return tuple(i for i in self.images if i.serves is serves)
+
+    def named_only(self, backend: str, target: str) -> str | None:
+        """Why the release is used for the pair only when ``sdk:`` names it (None: no such rule)."""
+        entry = self.backends.get(backend)
+        return entry.named_only.get(target) if entry is not None else None
+
+    def accepts(self, name: str, version: str) -> bool:
+        """``version`` (public) is one the release ships as ``name`` (TorchNeuron counts as torch-neuronx)."""
+        shipped = self.packages.get(name, ())
+        return version in shipped or (name == TORCH_NEURONX and version in self.torchneuron)
 
 
 @dataclass(frozen=True)
@@ -117,6 +175,25 @@ class Resolution:
             "problem": self.problem,
             "notes": list(self.notes),
         }
+
+
+TORCH_NEURONX = "torch-neuronx"
+# PyTorch 2.9 is the last PyTorch the XLA torch-neuronx supports; from 2.10 the same package name
+# carries TorchNeuron (aws-neuron-sdk release-notes/components/pytorch.rst, 2.29.0 "Breaking Changes";
+# 2.33.0 torchneuron.rst: torch-neuronx 2.13.3.0 / 2.14.3.0 for PyTorch 2.13 / 2.14).
+LAST_XLA_TORCH = (2, 9)
+
+
+def is_torchneuron(version: str | None) -> bool:
+    """A ``torch-neuronx`` version that is TorchNeuron, not the XLA torch-neuronx: one a release lists
+    as TorchNeuron, or one for a PyTorch newer than the XLA line's last (torch-neuronx versions start
+    with the PyTorch version they pair with: 2.9.0.2.15.32035, 2.13.3.0)."""
+    found = public(version)
+    if found is None:
+        return False
+    if any(found in r.torchneuron for r in _releases()):
+        return True
+    return Version(found).release[:2] > LAST_XLA_TORCH
 
 
 def public(version: str | None) -> str | None:
@@ -199,9 +276,7 @@ def detect_releases(versions: Mapping[str, str | None], packages: Iterable[str] 
         if cc not in release.packages.get("neuronx-cc", ()):
             continue
         names = release.packages if packages is None else [p for p in packages if p in release.packages]
-        if all(
-            (installed := public(versions.get(name))) is None or installed in release.packages[name] for name in names
-        ):
+        if all((installed := public(versions.get(name))) is None or release.accepts(name, installed) for name in names):
             found.append(release)
     return found
 
@@ -235,12 +310,29 @@ def unsupported_message(backend: str, target: str, release: Release | None, wher
     )
 
 
+def default_release(backend: str, target: str) -> Release | None:
+    """The newest release that supports the pair without needing ``sdk:`` to name it."""
+    found = [r for r in supporting(backend, target) if not r.named_only(backend, target)]
+    return found[-1] if found else None
+
+
+def _named_only_notes(backend: str, target: str, after: Release | None) -> tuple[str, ...]:
+    """What the default leaves out: the newer releases used only when ``sdk:`` names them, and why."""
+    newer = [r for r in supporting(backend, target) if after is None or r.key > after.key]
+    reasons = dict.fromkeys(why for r in newer if (why := r.named_only(backend, target)))
+    if not reasons:
+        return ()
+    names = f"{newer[0].version}" if len(newer) == 1 else f"{newer[0].version}–{newer[-1].version}"
+    return (f"SDK {names} only when sdk: names it: {'; '.join(reasons)}",)
+
+
 def resolve(backend: str, target: str, sdk: str | None, installed: Mapping[str, str | None] | None) -> Resolution:
     """The release a build of ``backend`` for ``target`` is judged against.
 
-    ``sdk`` (the profile's field) wins: the newest release it names that supports the pair.
-    Without it, the release of the installed toolchain when one is detected; else the newest
-    release that supports the pair. ``problem`` says why the pair is refused.
+    ``sdk`` (the profile's field) wins: the newest release it names that supports the pair, with the
+    pair's ``named_only`` reason as a note. Without it, the release of the installed toolchain when
+    one is detected (refused where that release is used for the pair only when named); else the
+    newest release that supports the pair and needs no naming. ``problem`` says why the pair is refused.
     """
     if sdk is not None:
         named = matching(sdk)
@@ -253,19 +345,47 @@ def resolve(backend: str, target: str, sdk: str | None, installed: Mapping[str, 
             )
         good = [r for r in named if r.supports(backend, target)]
         if good:
-            return Resolution(good[-1], "profile", requested=sdk)
+            why = good[-1].named_only(backend, target)
+            return Resolution(good[-1], "profile", requested=sdk, notes=(why,) if why else ())
         return Resolution(named[-1], "profile", unsupported_message(backend, target, named[-1], "sdk:"), sdk)
     detected = detect_release(installed or {})
     if detected is not None:
-        if detected.supports(backend, target):
+        if not detected.supports(backend, target):
+            return Resolution(
+                detected, "installed", unsupported_message(backend, target, detected, "the installed toolchain")
+            )
+        why = detected.named_only(backend, target)
+        if why is None:
             return Resolution(detected, "installed")
-        return Resolution(
-            detected, "installed", unsupported_message(backend, target, detected, "the installed toolchain")
+        fallback = default_release(backend, target)
+        minor = ".".join(detected.version.split(".")[:2])
+        problem = (
+            f"Neuron SDK {detected.version} (the installed toolchain) builds {backend} for {target} only when "
+            f"the profile's sdk: names it: {why}; set sdk: '{minor}' to build with it anyway"
+            + (f", or install SDK {fallback.version}" if fallback is not None else "")
         )
-    newest = last_supporting(backend, target)
+        return Resolution(detected, "installed", problem)
+    newest = default_release(backend, target)
     if newest is None:
+        if last_supporting(backend, target) is not None:
+            notes = _named_only_notes(backend, target, None)
+            return Resolution(
+                None, "newest", f"no release supports {backend} on {target} unless sdk: names it: " + "; ".join(notes)
+            )
         return Resolution(None, "newest", unsupported_message(backend, target, None, "no release"))
-    return Resolution(newest, "newest")
+    return Resolution(newest, "newest", notes=_named_only_notes(backend, target, newest))
+
+
+def lnc_problem(backend: str, value: int) -> str | None:
+    """Why no release supports ``backend`` at logical NeuronCore size ``value`` (None: one does)."""
+    entries = [e for r in _releases() if (e := r.backends.get(backend)) is not None]
+    if not entries or any(e.lnc is None or value in e.lnc for e in entries):
+        return None
+    allowed = ", ".join(str(v) for v in sorted({v for e in entries for v in e.lnc or ()}))
+    note = next((e.lnc_note for e in entries if e.lnc_note), "")
+    return f"LNC {value} is not supported by the {backend} backend (it compiles for LNC {allowed})" + (
+        f": {note}" if note else ""
+    )
 
 
 # How a release was chosen, for people (Resolution.how).
@@ -297,6 +417,9 @@ def release_json(resolution: Resolution | None, backend: str) -> dict[str, objec
 
 __all__ = [
     "CHOSEN_BY_WORDS",
+    "LAST_XLA_TORCH",
+    "PINNED",
+    "TORCH_NEURONX",
     "BackendSupport",
     "Image",
     "Release",
@@ -304,13 +427,18 @@ __all__ = [
     "Serves",
     "Status",
     "backend_targets",
+    "default_release",
     "detect_release",
     "detect_releases",
     "find_release",
     "first_supporting",
+    "image_pins",
+    "is_torchneuron",
     "known_versions",
     "last_supporting",
+    "lnc_problem",
     "matching",
+    "pin_mismatches",
     "public",
     "release_json",
     "release_line",

@@ -1,58 +1,21 @@
 """The support matrix: one row per Neuron SDK release from 2.26.1, each citing where it was read.
 
-Package versions are public versions (local ``+hash`` labels dropped). ``SOURCES`` names every
-source once; rows and images cite them by key. Where sources disagree the newest one wins, and
-the row's ``note`` says so. ``support.py`` holds the types and the queries; docs/backends.md and
-docs/deploy.md carry the tables ``scripts/gen_support_matrix.py`` writes from this module.
+Package versions are public versions (local ``+hash`` labels dropped). ``SOURCES``
+(``support_sources.py``) names every source once; rows and images cite them by key. Where
+sources disagree the newest one wins, and the row's ``note`` says so. ``support.py`` holds the
+types and the queries; docs/backends.md and docs/deploy.md carry the tables
+``scripts/gen_support_matrix.py`` writes from this module.
 """
 
 from __future__ import annotations
 
 from neuronc.backends.support import BackendSupport, Image, Release, Serves, Status
-
-SDK_REPO = "aws-neuron/aws-neuron-sdk"
-DLC_REPO = "aws-neuron/deep-learning-containers"
-DOCS = "https://awsdocs-neuron.readthedocs-hosted.com/en"
-
-SOURCES: dict[str, str] = {
-    **{
-        f"MAN@{v}": f"{SDK_REPO} tag v{v}, src/helperscripts/n2-manifest.json (neuron_releases[{v}])"
-        for v in ("2.26.1", "2.27.0", "2.27.1", "2.28.0", "2.29.0", "2.29.1", "2.30.0", "2.31.0", "2.31.1", "2.32.0")
-    },
-    "MAN@HEAD-2.28.1": f"{SDK_REPO} master @81ce03ae (2026-08-21), n2-manifest.json: the 2.28.1 entry "
-    "(absent at the v2.28.1 tag); release-notes/prev/2.28.1.rst (driver and custom-op fixes only)",
-    **{
-        f"DLC@{t}": f"{DLC_REPO} tag {t}, README.md image table and vllm/inference/*/Dockerfile.neuronx ARG lines"
-        for t in ("2.26.1", "2.27.0", "2.27.1", "2.28.0", "2.29.0", "2.29.1", "2.30.0", "2.31.0", "2.31.1", "2.32.0")
-    },
-    "DLC@6d82485": f"{DLC_REPO} commit 6d82485 (2026-01-26), vllm/inference/0.13.0/Dockerfile.neuronx: the "
-    "vLLM 0.13.0 image of SDK 2.27.1 (vllm-neuron 0.3.0), added after the 2.27.1 tag",
-    "DOCS@2.33.0": f"{DOCS}/v2.33.0/release-notes/components/index.html (component versions) and "
-    f"{DOCS}/v2.33.0/setup/pytorch/update-dlc.html (image tag 0.29.0.1.2.0-neuronx-py314-sdk2.33.0-ubuntu26.04)",
-    "DOCS@2.31.0-vllm": f"{DOCS}/v2.31.0/release-notes/components/index.html: vllm-neuron 0.21.0.1.0.0 "
-    "'supports vLLM 0.21.0; vllm-neuron version is 1.0.0' (Beta, 2026-07-20)",
-    "DOCS@2.32.0-content": f"{DOCS}/v2.32.0/release-notes/releasecontent.html: vllm_neuron-0.24.0.1.1.0 wheel",
-    "EOS-NXDI": f"{DOCS}/latest/about-neuron/announcements/neuron2.x/announce-eos-nxdi-nxd-core-inference.html "
-    "(posted 2026-10-16): NxD Inference support on Trn2/Trn3 ends starting 2.34; 'On Inf2 and Trn1 ... remain in "
-    "maintenance mode at Neuron SDK 2.31'",
-    "MAINT-NXDI-2.30": f"{DOCS}/v2.30.0/about-neuron/announcements/neuron2.x/"
-    "announce-maintenance-nxdi-nxd-core-inference.html: NxD Inference in maintenance from 2.30.0",
-    "MAINT-NXDI-2.31": f"{DOCS}/latest/about-neuron/announcements/neuron2.x/announce-nxdi-maintenance-support-2-31"
-    ".html: NxD Inference 0.10.18399 (2.31.0) keeps critical fixes; no new releases",
-    "RN-NXDI-2.29": f"{SDK_REPO} master, release-notes/components/nxd-inference.rst:61 (2.29.0 breaking change: "
-    "'NxD Inference models are now only supported on Trn2 and newer hardware')",
-    "EOS-TNX": f"{SDK_REPO} about-neuron/announcements: transformers-neuronx in maintenance from 2.24, end of "
-    "support starting 2.26.0; the package is in MAN@2.26.1 and in no later manifest",
-    "MAINT-XLA": f"{SDK_REPO} master, about-neuron/announcements/neuron2.x/announce-maintenance-pytorch-xla-"
-    "inference.rst: PyTorch/XLA inference on Inf2/Trn1 in maintenance from 2.31 (torch-neuronx 2.9.0.2.15 last)",
-    "OPT@0.4.5": "huggingface/optimum-neuron tags v0.4.3-v0.4.5, optimum/neuron/version.py __sdk_version__ = "
-    "2.26.1; no release targets a later SDK (branches sdk-2.27, sdk2.31 unreleased at HEAD 213224e6, 2026-08-19)",
-    "ISSUE21": "neuronc issue 21 (SDK 2.33.1, Nov 2026); the docs site has a v2.33.1 build whose release notes "
-    "show only the 2.33.0 content: no component version or image tag of 2.33.1 was found",
-}
+from neuronc.backends.support_sources import SOURCES
 
 
-def _nxdi_image(sdk: str, vllm: str, plugin: str, cc: str, nxdi: str, nxd: str, **more: str) -> Image:
+def _nxdi_image(
+    sdk: str, vllm: str, plugin: str, cc: str, nxdi: str, nxd: str, *off_release: str, **more: str
+) -> Image:
     py = "py311" if vllm == "0.9.1" else "py312"
     ubuntu = "22.04" if vllm == "0.9.1" else "24.04"
     serves = Serves.VLLM_V0 if vllm == "0.9.1" else Serves.NXDI
@@ -75,10 +38,13 @@ def _nxdi_image(sdk: str, vllm: str, plugin: str, cc: str, nxdi: str, nxd: str, 
         plugin=plugin if serves is Serves.NXDI else None,
         python=py.removeprefix("py")[0] + "." + py.removeprefix("py")[1:],
         note="AWS's private vLLM V0 fork (vLLM 0.9.1), not the vllm-neuron plugin" if vllm == "0.9.1" else "",
+        off_release=off_release,
     )
 
 
 def _plugin_image(sdk: str, plugin: str, vllm: str, py: str, ubuntu: str, packages: dict[str, str]) -> Image:
+    """A vllm-neuron image: ``packages`` is what its Dockerfile pins (neuronx-cc, NKI, libtorch-neuronx-lite:
+    ``support.PINNED``); vllm-neuron (a git branch) and vLLM (its dependency) are recorded, never pinned."""
     source = "DOCS@2.33.0" if sdk == "2.33.0" else f"DLC@{sdk}"
     return Image(
         "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx",
@@ -111,20 +77,58 @@ NXDI_INF2_TRN1_NOTE = (
     "while the manifest and the DLC README still list inf2/trn1; the newest source (EOS-NXDI, 2026-10-16) keeps "
     "Inf2/Trn1 in maintenance at 2.31, which this table follows"
 )
+# Why NxD Inference of 2.29-2.31 on Inf2/Trn1 is used only when a profile's sdk: names it (the default is 2.28).
+NXDI_INF2_TRN1_NAMED = (
+    "2.29.0's breaking change says NxD Inference models run on Trn2 and newer only and asks Trn1/Inf2 users to "
+    "pin 2.28 (RN-NXDI-2.29); the 2026-10-16 announcement keeps Inf2/Trn1 in maintenance at 2.31 (EOS-NXDI)"
+)
 
 
-def _nxdi(status: Status = Status.SUPPORTED, note: str = "", *sources: str) -> BackendSupport:
-    return BackendSupport(ALL, status, note, sources)
+def _nxdi(status: Status = Status.SUPPORTED, note: str = "", *sources: str, named: bool = False) -> BackendSupport:
+    """NxD Inference on every target; from 2.29 Inf2/Trn1 only when sdk: names the release."""
+    named_only = dict.fromkeys(("inf2", "trn1"), NXDI_INF2_TRN1_NAMED) if named else {}
+    extra = ("RN-NXDI-2.29", "EOS-NXDI") if named else ()
+    return BackendSupport(ALL, status, note, tuple(dict.fromkeys((*sources, *extra))), named_only)
+
+
+# Trn3 for NxD Inference and torch-neuronx from 2.27.0, one rule for both: the release notes (RN@2.27.0).
+TRN3_FROM_RELEASE_NOTES = ("RN@2.27.0",)
 
 
 def _torch_neuronx(targets: tuple[str, ...], status: Status = Status.SUPPORTED, note: str = "") -> BackendSupport:
-    return BackendSupport(targets, status, note)
+    return BackendSupport(targets, status, note, TRN3_FROM_RELEASE_NOTES if "trn3" in targets else ())
 
 
+def _tnx(version: str) -> dict[str, str]:
+    """The torch-neuronx an NxDI image pins (NEURONX_FRAMEWORK_VERSION): its model.pt is traced with it."""
+    return {"torch-neuronx": version}
+
+
+VLLM_NEURON_LNC = (
+    "the plugin's neuronx-cc command passes no --lnc and its docs never name LNC: no source supports LNC 1 "
+    "(VLLM-NEURON-LNC)"
+)
+VLLM_NEURON_NATIVE = (
+    "2.33's default native compile route has no documented CPU compile or cache layout: a CPU compile on it is "
+    "unverified (VLLM-NEURON-ROUTE); 2.32.0 is the newest release whose compile route and cache layout are "
+    "documented"
+)
 VLLM_NEURON = BackendSupport(
     ("trn2", "trn3"),
     Status.BETA,
     "the vllm-neuron plugin's torch.compile path (libtorch-neuronx-lite, no NxD Inference); Trn2/Trn3 only",
+    ("VLLM-NEURON-LNC",),
+    lnc=(2,),
+    lnc_note=VLLM_NEURON_LNC,
+)
+VLLM_NEURON_2_33 = BackendSupport(
+    ("trn2", "trn3"),
+    Status.BETA,
+    "the native route (default) or the deprecated XLA route; CPU compile on the native route unverified",
+    ("VLLM-NEURON-LNC", "VLLM-NEURON-ROUTE"),
+    dict.fromkeys(("trn2", "trn3"), VLLM_NEURON_NATIVE),
+    lnc=(2,),
+    lnc_note=VLLM_NEURON_LNC,
 )
 
 _2_27_PACKAGES = {
@@ -152,21 +156,21 @@ _2_31_PACKAGES = {
     "vllm-neuron": ("0.21.0.1.0.0", "0.5.3"),
     "vllm": ("0.21.0", "0.16.0"),
 }
-_2_31_LITE = {"neuronx-cc": "2.26.6360.0", "nki": "0.5.0", "libtorch-neuronx-lite": "2.11.0.1.0.696", "torch": "2.11.0"}
+# What the vllm-neuron DLCs pin (their Dockerfiles' ARG lines); no image pins torch (vLLM brings it).
+_2_31_LITE = {"neuronx-cc": "2.26.6360.0", "nki": "0.5.0", "libtorch-neuronx-lite": "2.11.0.1.0.696"}
 _2_31_NXDI = {"cc": "2.26.6360.0", "nxdi": "0.10.18399", "nxd": "0.19.28492", "nki": "0.5.0"}
-_2_32_IMAGE = {
-    "neuronx-cc": "2.27.5334.0",
-    "nki": "0.6.0",
-    "libtorch-neuronx-lite": "2.11.0.1.0.1284",
-    "torch": "2.11.0",
-}
+_2_32_IMAGE = {"neuronx-cc": "2.27.5334.0", "nki": "0.6.0", "libtorch-neuronx-lite": "2.11.0.1.0.1284"}
 _2_33_PACKAGES = {
     "neuronx-cc": ("2.28.7631.0",),
+    "torch-neuronx": ("2.9.0.2.15.32035",),  # the XLA build, still listed (DOCS@2.33.0-torch)
     "nki": ("0.7.0",),
     "vllm-neuron": ("0.29.0.1.2.0",),
     "vllm": ("0.29.0",),
 }
-_2_33_IMAGE = {"neuronx-cc": "2.28.7631.0", "nki": "0.7.0", "torch": "2.13.0"}
+# No source names the libtorch-neuronx-lite the 2.33.0 image pins, nor any torch: only these two are known.
+_2_33_IMAGE = {"neuronx-cc": "2.28.7631.0", "nki": "0.7.0"}
+_2_33_TORCHNEURON = ("2.14.3.0", "2.13.3.0")
+_2_33_1_LITE = ("2.13.0.1.0.4089", "2.12.0.1.0.4089", "2.11.0.1.0.4089")
 
 
 def _2_31_images(sdk: str) -> tuple[Image, ...]:
@@ -174,14 +178,14 @@ def _2_31_images(sdk: str) -> tuple[Image, ...]:
     v = _2_31_NXDI
     return (
         _plugin_image(sdk, "0.21.0.1.0.0", "0.21.0", "313", "24.04", _2_31_LITE),
-        _nxdi_image(sdk, "0.16.0", "0.5.3", v["cc"], v["nxdi"], v["nxd"], nki=v["nki"]),
+        _nxdi_image(sdk, "0.16.0", "0.5.3", v["cc"], v["nxdi"], v["nxd"], nki=v["nki"], **_tnx("2.9.0.2.15.32035")),
         _pytorch_image(sdk, "2.9.0"),
     )
 
 
 def _2_31_backends(nxdi_source: str) -> dict[str, BackendSupport]:
     return {
-        "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, nxdi_source),
+        "nxdi": _nxdi(Status.MAINTENANCE, "the last NxD Inference; " + NXDI_INF2_TRN1_NOTE, nxdi_source, named=True),
         "torch-neuronx": _torch_neuronx(ALL, Status.MAINTENANCE, "the last XLA torch-neuronx (MAINT-XLA)"),
         "vllm-neuron": VLLM_NEURON,
     }
@@ -211,7 +215,7 @@ RELEASES: tuple[Release, ...] = (
         },
         ("MAN@2.26.1", "DLC@2.26.1", "EOS-TNX", "OPT@0.4.5"),
         (
-            _nxdi_image("2.26.1", "0.9.1", "", "2.21.33363.0", "0.6.10598", "0.15.22404"),
+            _nxdi_image("2.26.1", "0.9.1", "", "2.21.33363.0", "0.6.10598", "0.15.22404", **_tnx("2.8.0.2.10.16998")),
             _pytorch_image("2.26.1", "2.8.0", "311", "22.04"),
         ),
     ),
@@ -224,13 +228,24 @@ RELEASES: tuple[Release, ...] = (
             "vllm-neuron": ("0.2.1",),
             "vllm": ("0.11.0",),
         },
-        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
-        ("MAN@2.27.0", "DLC@2.27.0"),
+        {"nxdi": _nxdi(Status.SUPPORTED, "", *TRN3_FROM_RELEASE_NOTES), "torch-neuronx": _torch_neuronx(ALL)},
+        ("MAN@2.27.0", "DLC@2.27.0", "RN@2.27.0"),
         (
-            _nxdi_image("2.27.0", "0.11.0", "0.2.1", "2.22.12471.0", "0.7.14366", "0.16.25997"),
+            _nxdi_image(
+                "2.27.0",
+                "0.11.0",
+                "0.2.1",
+                "2.22.12471.0",
+                "0.7.14366",
+                "0.16.25997",
+                "torch-neuronx",
+                **_tnx("2.8.0.2.10.16998"),
+            ),
             _pytorch_image("2.27.0", "2.9.0"),
         ),
-        note="NxD Inference adds Trn3; torch-neuronx lists no trn3 in the manifest until 2.29",
+        note="Trn3 for NxD Inference and torch-neuronx (the release notes, RN@2.27.0; the manifests list trn3 "
+        "for no package until 2.29.0); the vLLM 0.11.0 image pins torch-neuronx 2.8.0.2.10.16998, 2.26.1's "
+        "build, not one of 2.27.0's (DLC@2.27.0)",
     ),
     Release(
         "2.27.1",
@@ -241,8 +256,8 @@ RELEASES: tuple[Release, ...] = (
             "vllm-neuron": ("0.2.2", "0.3.0"),
             "vllm": ("0.11.0", "0.13.0"),
         },
-        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
-        ("MAN@2.27.1", "DLC@2.27.1", "DLC@6d82485"),
+        {"nxdi": _nxdi(Status.SUPPORTED, "", *TRN3_FROM_RELEASE_NOTES), "torch-neuronx": _torch_neuronx(ALL)},
+        ("MAN@2.27.1", "DLC@2.27.1", "DLC@6d82485", "RN@2.27.0"),
         (
             # The two images ship different torch-neuronx builds (their Dockerfiles' NEURONX_FRAMEWORK_VERSION).
             _nxdi_image(
@@ -272,10 +287,19 @@ RELEASES: tuple[Release, ...] = (
         "2.28.0",
         "2026-02-26",
         _2_28_PACKAGES,
-        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
-        ("MAN@2.28.0", "DLC@2.28.0"),
+        {"nxdi": _nxdi(Status.SUPPORTED, "", *TRN3_FROM_RELEASE_NOTES), "torch-neuronx": _torch_neuronx(ALL)},
+        ("MAN@2.28.0", "DLC@2.28.0", "RN@2.27.0"),
         (
-            _nxdi_image("2.28.0", "0.13.0", "0.4.1", "2.23.6484.0", "0.8.16251", "0.17.26814", nki="0.2.0"),
+            _nxdi_image(
+                "2.28.0",
+                "0.13.0",
+                "0.4.1",
+                "2.23.6484.0",
+                "0.8.16251",
+                "0.17.26814",
+                nki="0.2.0",
+                **_tnx("2.9.0.2.12.22436"),
+            ),
             _pytorch_image("2.28.0", "2.9.0"),
         ),
     ),
@@ -283,8 +307,8 @@ RELEASES: tuple[Release, ...] = (
         "2.28.1",
         "2026-03-13",
         _2_28_PACKAGES,
-        {"nxdi": _nxdi(), "torch-neuronx": _torch_neuronx(("inf2", "trn1", "trn2"))},
-        ("MAN@HEAD-2.28.1",),
+        {"nxdi": _nxdi(Status.SUPPORTED, "", *TRN3_FROM_RELEASE_NOTES), "torch-neuronx": _torch_neuronx(ALL)},
+        ("MAN@HEAD-2.28.1", "RN@2.27.0"),
         note="driver and custom-op fixes only: the 2.28.0 packages, no new images",
     ),
     Release(
@@ -299,10 +323,19 @@ RELEASES: tuple[Release, ...] = (
             "vllm-neuron": ("0.5.0",),
             "vllm": ("0.16.0",),
         },
-        {"nxdi": _nxdi(note=NXDI_INF2_TRN1_NOTE), "torch-neuronx": _torch_neuronx(ALL)},
+        {"nxdi": _nxdi(note=NXDI_INF2_TRN1_NOTE, named=True), "torch-neuronx": _torch_neuronx(ALL)},
         ("MAN@2.29.0", "DLC@2.29.0", "RN-NXDI-2.29", "EOS-NXDI"),
         (
-            _nxdi_image("2.29.0", "0.16.0", "0.5.0", "2.24.5133.0", "0.9.17334", "0.18.27753", nki="0.3.0"),
+            _nxdi_image(
+                "2.29.0",
+                "0.16.0",
+                "0.5.0",
+                "2.24.5133.0",
+                "0.9.17334",
+                "0.18.27753",
+                nki="0.3.0",
+                **_tnx("2.9.0.2.13.24727"),
+            ),
             _pytorch_image("2.29.0", "2.9.0"),
         ),
     ),
@@ -318,10 +351,19 @@ RELEASES: tuple[Release, ...] = (
             "vllm-neuron": ("0.5.0",),
             "vllm": ("0.16.0",),
         },
-        {"nxdi": _nxdi(note=NXDI_INF2_TRN1_NOTE), "torch-neuronx": _torch_neuronx(ALL)},
+        {"nxdi": _nxdi(note=NXDI_INF2_TRN1_NOTE, named=True), "torch-neuronx": _torch_neuronx(ALL)},
         ("MAN@2.29.1", "DLC@2.29.1", "EOS-NXDI"),
         (
-            _nxdi_image("2.29.1", "0.16.0", "0.5.0", "2.24.8799.0", "0.9.17334", "0.18.27753", nki="0.3.0"),
+            _nxdi_image(
+                "2.29.1",
+                "0.16.0",
+                "0.5.0",
+                "2.24.8799.0",
+                "0.9.17334",
+                "0.18.27753",
+                nki="0.3.0",
+                **_tnx("2.9.0.2.13.26312"),
+            ),
             _pytorch_image("2.29.1", "2.9.0"),
         ),
     ),
@@ -339,12 +381,21 @@ RELEASES: tuple[Release, ...] = (
             "vllm": ("0.16.0",),
         },
         {
-            "nxdi": _nxdi(Status.MAINTENANCE, NXDI_INF2_TRN1_NOTE, "MAINT-NXDI-2.30"),
+            "nxdi": _nxdi(Status.MAINTENANCE, NXDI_INF2_TRN1_NOTE, "MAINT-NXDI-2.30", named=True),
             "torch-neuronx": _torch_neuronx(ALL),
         },
         ("MAN@2.30.0", "DLC@2.30.0", "MAINT-NXDI-2.30", "EOS-NXDI"),
         (
-            _nxdi_image("2.30.0", "0.16.0", "0.5.1", "2.25.3371.0", "0.10.17970", "0.19.28093", nki="0.4.0"),
+            _nxdi_image(
+                "2.30.0",
+                "0.16.0",
+                "0.5.1",
+                "2.25.3371.0",
+                "0.10.17970",
+                "0.19.28093",
+                nki="0.4.0",
+                **_tnx("2.9.0.2.14.27725"),
+            ),
             _pytorch_image("2.30.0", "2.9.0"),
         ),
         note="libtorch-neuronx-lite appears; no vllm-neuron release uses it yet",
@@ -386,20 +437,25 @@ RELEASES: tuple[Release, ...] = (
         "2.33.0",
         "2026-10-19",
         _2_33_PACKAGES,
-        {"vllm-neuron": VLLM_NEURON},
-        ("DOCS@2.33.0", "EOS-NXDI"),
+        {"vllm-neuron": VLLM_NEURON_2_33},
+        ("DOCS@2.33.0", "DOCS@2.33.0-torch", "EOS-NXDI", "VLLM-NEURON-ROUTE"),
         (_plugin_image("2.33.0", "0.29.0.1.2.0", "0.29.0", "314", "26.04", _2_33_IMAGE),),
-        note="Ubuntu 26.04 / Python 3.14 images only; the native compile route is the default; the "
-        "libtorch-neuronx-lite version of this release was not found (TorchNeuron 2.13.3.0 / 2.14.3.0 beta)",
+        note="Ubuntu 26.04 / Python 3.14 images only; the native compile route is the default and its CPU "
+        "compile is unverified (used only when sdk: names 2.33); the libtorch-neuronx-lite of this release and of "
+        "its image was not found; TorchNeuron 2.13.3.0 / 2.14.3.0 (beta) is published as torch-neuronx beside "
+        "the XLA 2.9.0.2.15.32035",
+        torchneuron=_2_33_TORCHNEURON,
     ),
     Release(
         "2.33.1",
-        None,
-        _2_33_PACKAGES,
-        {"vllm-neuron": VLLM_NEURON},
-        ("ISSUE21",),
-        note="carried from 2.33.0: no release notes, versions or image tag of 2.33.1 were found",
-        verified=False,
+        "2026-11-11",
+        {**_2_33_PACKAGES, "libtorch-neuronx-lite": _2_33_1_LITE, "libneuronxla": ("3.0.12293.0",)},
+        {"vllm-neuron": VLLM_NEURON_2_33},
+        ("DOCS@2.33.1", "DOCS@2.33.0", "DOCS@2.33.0-torch", "VLLM-NEURON-ROUTE"),
+        note="runtime 2.35.33.0, collectives 2.35.49.0, libneuronxla 3.0.12293.0 and libtorch-neuronx-lite "
+        "*.0.1.0.4089 (rebuilt); the rest is 2.33.0's. No DLC image: a 2.33.0 cache probably misses here (the "
+        "lite version is part of every plugin cache key)",
+        torchneuron=_2_33_TORCHNEURON,
     ),
 )
 

@@ -27,6 +27,7 @@ from neuronc.bundle.fs import (
     STAGING_PREFIX,
     TRASH_PREFIX,
     OwnerLock,
+    entry_kind,
     fsync_path,
     fsync_tree_dirs,
     hash_fd,
@@ -35,7 +36,7 @@ from neuronc.bundle.fs import (
 )
 from neuronc.bundle.publish import Published, PublishHook, PublishStatus
 from neuronc.bundle.record import BuildRecord, manifest_data
-from neuronc.errors import InvalidInputError
+from neuronc.errors import CompileError, InvalidInputError
 from neuronc.fsutil import disk_full_as_error
 
 SCRATCH = ".scratch"
@@ -262,8 +263,12 @@ class BundleWriter:
                 rel = full.relative_to(self.path).as_posix()
                 st = full.lstat()
                 if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                    msg = f"{rel}: bundles hold regular files only (found a symlink or special file)"
-                    raise ValueError(msg)
+                    # Left by the backend (the writer itself writes regular files only): the compile
+                    # failed (exit 3), and nothing is published (finish aborts the staging directory).
+                    kind = entry_kind(st.st_mode)
+                    msg = f"{rel}: the backend left {kind} in the bundle; bundles hold regular files only"
+                    hint = f"found in the staging directory {self.path}; a backend must write regular files"
+                    raise CompileError(msg, hint=hint)
                 if stat.S_ISREG(st.st_mode) and rel not in self._files and rel != MANIFEST_NAME:
                     self.adopt(rel)
         for rel, entry in list(self._files.items()):

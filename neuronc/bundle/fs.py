@@ -267,6 +267,20 @@ def _drop_claim(fd: int, path: Path) -> None:
     os.close(fd)
 
 
+def entry_kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    for test, word in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return word
+    return "a special file"
+
+
 def walk_regular(root: Path, limit: int) -> Iterator[tuple[str, str | None]]:
     """Yield (relative path, problem) for every entry below root without following symlinks.
 

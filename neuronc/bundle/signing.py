@@ -44,6 +44,7 @@ from neuronc.bundle.signature import (
 )
 from neuronc.bundle.signing_material import (
     IDENTITY_TOKEN_ENV,
+    INSTALL_HINT,
     Signer,
     TrustRoot,
     check_signer,
@@ -62,7 +63,6 @@ from neuronc.errors import (
 )
 from neuronc.resources import default_jobs
 
-INSTALL_HINT = "pip install 'neuronc[sign]'  (model-signing and pyOpenSSL)"
 DO_NOT_DEPLOY = "do not deploy this bundle: fetch it again from a store you trust, or rebuild and sign it"
 
 
@@ -262,16 +262,32 @@ def verify_signature(bundle_dir: str | os.PathLike[str], trust: TrustRoot) -> Si
             hint=f"verify with {_option_for(content.method)}, or {DO_NOT_DEPLOY}",
         )
     root = Path(os.path.realpath(bundle_dir))
-    unsafe = [f"{safe_text(rel)}: {why}" for rel, why in walk_regular(root, MAX_FILES + 1000) if why is not None]
-    if unsafe:  # model-signing would refuse them too, less clearly (or block on a FIFO)
-        raise SignatureError(f"{shown}: holds entries no signed bundle has", details=unsafe[:50], hint=DO_NOT_DEPLOY)
-    _signing, verifying, _hashing = library()
+    listed = {f.path for f in manifest.files} | {MANIFEST_NAME, SIGNATURE_NAME}
+    unsafe: list[str] = []
+    for rel, why in walk_regular(root, MAX_FILES + 1000):
+        if why is not None:  # model-signing would refuse them too, less clearly (or block on a FIFO)
+            unsafe.append(f"{safe_text(rel)}: {why}")
+        elif rel not in listed:
+            # Every file, .git/, .github/, .gitattributes and .gitignore included: model-signing's
+            # default hashing config ignores those at verify time (hashing.Config, ignore_git_paths).
+            unsafe.append(f"{safe_text(rel)}: not signed")
+    if unsafe:
+        raise SignatureError(
+            f"{shown}: holds files its manifest does not list, or that are not regular files",
+            details=unsafe[:50],
+            hint=DO_NOT_DEPLOY,
+        )
+    _signing, verifying, hashing = library()
     with tempfile.TemporaryDirectory(prefix="neuronc-verify-") as tmp:
         # The bytes checked above, not whatever stands at bundle.sig by the time the library reads it.
         copy = Path(tmp) / SIGNATURE_NAME
         copy.write_bytes(data)
         try:
-            config = verifying.Config()
+            # The hashing config neuronc signs with, git paths included (the library's guess from the
+            # signature would skip .git/, .gitignore ...); the signature's own ignore list is added to it.
+            hashes = hashing.Config().use_file_serialization(hashing_algorithm="sha256", allow_symlinks=False)
+            hashes.set_ignored_paths(paths=[SIGNATURE_NAME], ignore_git_paths=False)
+            config = verifying.Config().set_hashing_config(hashes)
             if trust.method == KEY:
                 config.use_elliptic_key_verifier(public_key=trust.key)
             elif trust.method == CERTIFICATE:

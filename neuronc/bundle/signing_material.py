@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.bundle.signature import CERTIFICATE, KEY, SIGSTORE
-from neuronc.errors import InvalidInputError, safe_text
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, safe_text
 
 SIGNING_KEY_ENV = "NEURONC_SIGNING_KEY"
 SIGNING_CERT_ENV = "NEURONC_SIGNING_CERT"
@@ -43,6 +43,7 @@ TRUST_ISSUER_ENV = "NEURONC_SIGNATURE_ISSUER"
 
 CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
 MAX_PEM_BYTES = 1024 * 1024
+INSTALL_HINT = "pip install 'neuronc[sign]'  (model-signing and pyOpenSSL)"
 KEY_HINT = "make one with `openssl ecparam -name prime256v1 -genkey -noout -out signing-key.pem` (P-256)"
 
 
@@ -256,8 +257,52 @@ def _load_certificates(path: Path, what: str) -> list[Any]:
     return list(found)
 
 
+def require_sign_extra() -> None:
+    """Exit 5 with the install hint unless the ``sign`` extra is here: model-signing and the
+    ``cryptography`` package it brings (read keys and certificates with), as a missing backend is."""
+    import importlib
+
+    for module in ("cryptography.x509", "model_signing"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            msg = f"signing and checking signatures needs the sign extra ({safe_text(str(exc), 200)})"
+            raise EnvironmentIncompatibleError(msg, hint=INSTALL_HINT) from None
+
+
+def signer_trust(signer: Signer, directory: Path, password: bytes | None) -> TrustRoot | None:
+    """What checks a signature ``signer`` made, so that a bundle it did not just build is trusted only
+    when it carries the signer's own valid signature: a key's public key (written to ``directory``),
+    a certificate's chain (its self-signed root must be in ``--chain``/NEURONC_SIGNING_CHAIN; the
+    caller also compares the signing certificate). Keyless: the Sigstore identity and issuer
+    NEURONC_SIGNATURE_IDENTITY/_ISSUER name; None when they name none."""
+    if signer.method == KEY:
+        from cryptography.hazmat.primitives import serialization
+
+        assert signer.key is not None
+        public = load_private_key(signer.key, password).public_key()
+        path = directory / "signer.pub"
+        spki = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        path.write_bytes(public.public_bytes(*spki))
+        return TrustRoot(KEY, key=path)
+    if signer.method == CERTIFICATE:
+        return TrustRoot(CERTIFICATE, certificates=signer.chain)
+    trust = TrustRoot.choose(staging=signer.staging)
+    return trust if trust is not None and trust.method == SIGSTORE else None
+
+
+def certificate_der(path: Path) -> bytes:
+    """The first certificate of the PEM file at ``path``, DER-encoded (to compare with a signature's)."""
+    from cryptography.hazmat.primitives import serialization
+
+    der: bytes = _load_certificates(path, "signing certificate")[0].public_bytes(serialization.Encoding.DER)
+    return der
+
+
 def check_signer(signer: Signer, password: bytes | None) -> None:
-    """Read and check the signer's key, certificate and chain (exit 2 naming a file that cannot be used)."""
+    """Read and check the signer's key, certificate and chain (exit 2 naming a file that cannot be used;
+    exit 5 without the sign extra)."""
+    require_sign_extra()
     if signer.method == SIGSTORE:
         return
     assert signer.key is not None
@@ -276,7 +321,9 @@ def check_signer(signer: Signer, password: bytes | None) -> None:
 
 
 def check_trust(trust: TrustRoot) -> None:
-    """Read and check the trust root's files (exit 2 naming one that cannot be used)."""
+    """Read and check the trust root's files (exit 2 naming one that cannot be used; exit 5 without
+    the sign extra)."""
+    require_sign_extra()
     if trust.method == KEY:
         from cryptography.exceptions import UnsupportedAlgorithm
         from cryptography.hazmat.primitives import serialization
@@ -296,6 +343,7 @@ def check_trust(trust: TrustRoot) -> None:
 
 __all__ = [
     "IDENTITY_TOKEN_ENV",
+    "INSTALL_HINT",
     "REQUIRE_ENV",
     "SIGNING_CERT_ENV",
     "SIGNING_CHAIN_ENV",
@@ -308,9 +356,12 @@ __all__ = [
     "TRUST_KEY_ENV",
     "Signer",
     "TrustRoot",
+    "certificate_der",
     "check_signer",
     "check_trust",
     "load_private_key",
     "no_trust_root",
+    "require_sign_extra",
+    "signer_trust",
     "signing_password",
 ]

@@ -9,6 +9,9 @@ from neuronc.cli import _cli as cli
 
 JsonOpt = Annotated[bool, cli.Option("--json", help="Print machine-readable JSON on stdout.")]
 ProfilesArg = Annotated[list[Path], cli.Argument(help="Profile YAML file(s).", show_default=False)]
+ProfilesOrDirsArg = Annotated[
+    list[Path], cli.Argument(help="Profile YAML files, or directories of them.", show_default=False)
+]
 StoreOpt = Annotated[
     str | None,
     cli.Option(

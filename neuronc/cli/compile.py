@@ -12,13 +12,15 @@ from neuronc.cli._executor import (
     ExecutorName,
     ExecutorOpt,
     RayAddressOpt,
+    RayConnectTimeoutOpt,
     RayResourcesOpt,
     RayRetriesOpt,
     RayRuntimeEnvOpt,
     RaySharedStoreOpt,
     ray_settings,
+    refuse_ray_options_without_ray,
 )
-from neuronc.cli._options import JsonOpt, ProfilesArg, StoreOpt, WideOpt
+from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -46,6 +48,15 @@ OnlyOpt = Annotated[
     list[str] | None,
     cli.Option("--only", help="Build only the build with this config hash (or a prefix of 6+ hex digits); repeatable."),
 ]
+RevisionOpt = Annotated[
+    str | None,
+    cli.Option(
+        "--revision",
+        metavar="COMMIT",
+        help="Key and build every Hub model at this commit (a matrix entry's `revision`) instead of resolving "
+        "its revision again: with --only, the entry's key is built even after `main` moved. Empty: not given.",
+    ),
+]
 ReportOpt = Annotated[
     Path | None,
     cli.Option("--report", help="Write the JSON report (one record per bundle) to this file, also on failure."),
@@ -66,18 +77,20 @@ RequireHitOpt = Annotated[
 _EPILOG = (
     "Examples: neuronc compile profiles/tiny-llama-cpu.yaml --out demo/ · "
     "neuronc compile profiles/*.yaml --json --report report.json · "
-    "neuronc compile p.yaml --only 3f9c2a1b7e04 (a key from `neuronc matrix`) · "
+    "neuronc compile profiles/ (every profile of a directory) · "
+    "neuronc compile p.yaml --only 3f9c2a1b7e04 --revision COMMIT (a key and revision from `neuronc matrix`) · "
     "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
 )
 
 
 @command(name="compile", epilog=_EPILOG)
 def compile_command(
-    profiles: ProfilesArg,
+    profiles: ProfilesOrDirsArg,
     store: StoreOpt = None,
     out_dir: OutDirOpt = None,
     jobs: JobsOpt = None,
     only: OnlyOpt = None,
+    revision: RevisionOpt = None,
     report_path: ReportOpt = None,
     require_hit: RequireHitOpt = False,
     sign: SignOpt = False,
@@ -88,12 +101,24 @@ def compile_command(
     ray_resources: RayResourcesOpt = None,
     ray_runtime_env: RayRuntimeEnvOpt = None,
     ray_shared_store: RaySharedStoreOpt = False,
-    ray_retries: RayRetriesOpt = 2,
+    ray_retries: RayRetriesOpt = None,
+    ray_connect_timeout: RayConnectTimeoutOpt = None,
 ) -> None:
     """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
 
     out.configure(json_mode=json_out, wide=wide)
+    refuse_ray_options_without_ray(
+        executor,
+        {
+            "--ray-address": ray_address,
+            "--ray-resources": ray_resources,
+            "--ray-runtime-env": ray_runtime_env,
+            "--ray-shared-store": ray_shared_store,
+            "--ray-retries": ray_retries,
+            "--ray-connect-timeout": ray_connect_timeout,
+        },
+    )
     runner: Any = None
     if executor == ExecutorName.RAY:
         from neuronc.pipeline.farm import RayExecutor
@@ -105,10 +130,12 @@ def compile_command(
             shared_store=ray_shared_store,
             retries=ray_retries,
             jobs=jobs,
+            connect_timeout=ray_connect_timeout,
         )
         runner = RayExecutor(settings)
     reports: list[Any] = []
     signatures: list[dict[str, Any]] = []
+    unsigned: list[str] = []
 
     def on_report(report: Any) -> None:
         reports.append(report)
@@ -118,6 +145,12 @@ def compile_command(
         from neuronc.cli._signing import sign_built, signer_from_environment
 
         signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
+        if out_dir is not None:
+            from neuronc.bundle.signing import signature_required
+            from neuronc.pipeline.out import required_trust
+
+            if signature_required(False):  # a store hit's --out copy is checked: nothing to trust is exit 2 now
+                required_trust()
         with out.progress() as sink:  # SIGTERM raises KeyboardInterrupt here too (cli._app.handle_errors)
             # The builds of a matrix end in any order (they run side by side): the report lists them
             # in the profiles' order.
@@ -127,6 +160,7 @@ def compile_command(
                 out_dir=out_dir,
                 jobs=jobs,
                 only=only,
+                revision=revision,
                 require_hit=require_hit,
                 progress=sink,
                 on_report=on_report,
@@ -134,7 +168,7 @@ def compile_command(
                 executor=runner,
             )
         if signer is not None:
-            signatures = sign_built(reports, signer, store)
+            signatures, unsigned = sign_built(reports, signer, store)
     except KeyboardInterrupt:
         data = run_report(reports, interrupted=True)
         _write_report(report_path, data)
@@ -153,12 +187,21 @@ def compile_command(
             raise cli.Exit(exc.exit_code) from None
         raise
     data = run_report(reports)
+    refusal = None
     if sign:
+        from neuronc.cli._signing import unsigned_hits_error
+
         data["signatures"] = signatures
+        if unsigned:
+            refusal = unsigned_hits_error(unsigned)
+            data["unsigned"] = unsigned
+            data["exit_code"] = data["exit_code"] or refusal.exit_code
     _write_report(report_path, data)
     out.result(data, lambda: _render(reports))
     for report in reports:
         _print_failure(report)
+    if refusal is not None:
+        out.explain(refusal)
     if data["exit_code"]:
         raise cli.Exit(data["exit_code"])
 

@@ -61,13 +61,13 @@ def deploy_command(
 ) -> None:
     """Write what a serving stack needs to run this bundle, every shape, size and version from its manifest."""
     from neuronc.cli._signing import check_signature, trust_for
-    from neuronc.deploy import DeployOptions, parse_stack, render, write
+    from neuronc.deploy import DeployOptions, check_options, check_out_dir, parse_stack, render, write
 
     out.configure(json_mode=json_out)
     chosen = parse_stack(stack)
+    target = out_dir if out_dir is not None else Path(f"deploy-{chosen.value}")
+    check_out_dir(bundle, target)
     # Before anything is read from the manifest into a serving file: a refused bundle leaves nothing behind.
-    trust = trust_for(flag=require_signature, key=key, certificates=certificate, identity=identity, issuer=issuer)
-    signed = check_signature(bundle, trust)
     options = DeployOptions(
         bundle_path=bundle_path,
         instance_type=instance_type,
@@ -78,8 +78,10 @@ def deploy_command(
         role_arn=role_arn,
         region=region,
     )
+    check_options(options)
+    trust = trust_for(flag=require_signature, key=key, certificates=certificate, identity=identity, issuer=issuer)
+    signed = check_signature(bundle, trust)
     rendered = render(bundle, chosen, options)
-    target = out_dir if out_dir is not None else Path(f"deploy-{chosen.value}")
     written = write(rendered, target)
     pairs = list(zip(written, rendered.files, strict=True))
     data = {

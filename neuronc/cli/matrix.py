@@ -10,8 +10,7 @@ from typing import Annotated
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
-from neuronc.cli._options import JsonOpt
-from neuronc.cli.plan import ProfilesOrDirsArg
+from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg
 from neuronc.errors import InvalidInputError
 
 
@@ -32,7 +31,8 @@ FormatOpt = Annotated[
 _EPILOG = (
     'In a workflow: neuronc matrix profiles/ --format github >> "$GITHUB_OUTPUT", then '
     "strategy: {matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}} and "
-    "neuronc compile ${{ matrix.profile }} --only ${{ matrix.key }}. See docs/ci.md."
+    "neuronc compile ${{ matrix.profile }} --only ${{ matrix.key }} --revision ${{ matrix.revision }} "
+    "(the commit the key was computed at). See docs/ci.md."
 )
 
 
@@ -40,7 +40,7 @@ _EPILOG = (
 def matrix_command(
     profiles: ProfilesOrDirsArg, output_format: FormatOpt = MatrixFormat.json, json_out: JsonOpt = False
 ) -> None:
-    """Print one entry per bundle (profile, build index, key, expected runner) for a CI job matrix."""
+    """Print one entry per bundle (profile, build index, key, revision, expected runner) for a CI job matrix."""
     from neuronc.ci import GITHUB_MATRIX_LIMIT, matrix_entries
     from neuronc.profile import expand_profile_paths, load_builds
 

@@ -8,13 +8,18 @@ from typing import Annotated, Any
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
-from neuronc.cli._executor import ExecutorName, ExecutorOpt, RayAddressOpt, RayResourcesOpt, RayRuntimeEnvOpt
-from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
+from neuronc.cli._executor import (
+    ExecutorName,
+    ExecutorOpt,
+    RayAddressOpt,
+    RayConnectTimeoutOpt,
+    RayResourcesOpt,
+    RayRuntimeEnvOpt,
+    refuse_ray_options_without_ray,
+)
+from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
-ProfilesOrDirsArg = Annotated[
-    list[Path], cli.Argument(help="Profile YAML files, or directories of them.", show_default=False)
-]
 SnapshotOpt = Annotated[
     Path | None,
     cli.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
@@ -53,6 +58,7 @@ def plan_command(
     ray_address: RayAddressOpt = None,
     ray_resources: RayResourcesOpt = None,
     ray_runtime_env: RayRuntimeEnvOpt = None,
+    ray_connect_timeout: RayConnectTimeoutOpt = None,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
     from neuronc.ci import plan_builds
@@ -60,8 +66,30 @@ def plan_command(
     from neuronc.profile import expand_profile_paths, load_builds
 
     out.configure(json_mode=json_out, wide=wide)
+    refuse_ray_options_without_ray(
+        executor,
+        {
+            "--ray-address": ray_address,
+            "--ray-resources": ray_resources,
+            "--ray-runtime-env": ray_runtime_env,
+            "--ray-connect-timeout": ray_connect_timeout,
+        },
+    )
     if snapshot is not None and online:
         raise cli.BadParameter("give --snapshot or --online, not both")
+    settings = None
+    if executor == ExecutorName.RAY:  # the Ray options are checked before anything is planned
+        from neuronc.cli._executor import ray_settings
+
+        settings = ray_settings(
+            address=ray_address,
+            resources=ray_resources,
+            runtime_env=ray_runtime_env,
+            shared_store=False,
+            retries=0,
+            jobs=None if jobs == 1 else jobs,
+            connect_timeout=ray_connect_timeout,
+        )
     specs = load_builds(expand_profile_paths(profiles))
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
@@ -72,17 +100,7 @@ def plan_command(
         plan_traffic(specs, rows, traffic)
     nodes: list[Any] = []
     placed: list[Any] = []
-    if executor == ExecutorName.RAY:
-        from neuronc.cli._executor import ray_settings
-
-        settings = ray_settings(
-            address=ray_address,
-            resources=ray_resources,
-            runtime_env=ray_runtime_env,
-            shared_store=False,
-            retries=0,
-            jobs=None if jobs == 1 else jobs,
-        )
+    if settings is not None:
         nodes, placed = _ray_placement(plans, settings, rows)
     unplaced = [need for need, nodes in placed if not nodes]
     exit_code = EXIT_INVALID_INPUT if failing else (EXIT_ENVIRONMENT if unplaced else 0)
@@ -102,13 +120,13 @@ def plan_command(
     if out.json_mode:
         raise cli.Exit(EXIT_INVALID_INPUT)
     from neuronc.fsutil import plural
-    from neuronc.preflight import load_model_config, smallest_fitting_tp
+    from neuronc.preflight import smallest_fitting_tp
 
     details = []
     fixes = []
     for p in failing:
         details.append(f"{p.label}: {p.estimate.summary()}")
-        config = load_model_config(p.spec)
+        config = p.context.model_config if p.context is not None else None
         better = smallest_fitting_tp(p.spec, config, p.backend) if config is not None else None
         if better is not None:
             fixes.append(f"raise tp_degree to {better} for {p.label} (the smallest supported degree that fits)")
@@ -119,10 +137,10 @@ def plan_command(
 
 def _ray_placement(plans: list[Any], settings: Any, rows: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
     """Each build's need on the Ray cluster and the nodes it fits, added to its JSON row as ``ray``."""
-    from neuronc.pipeline import resolve_build
     from neuronc.pipeline.farm import placement
 
-    nodes, placed = placement([resolve_build(p.spec, strict=False) for p in plans], settings)
+    # The builds as plan_builds resolved them: resolved once, not again for the cluster.
+    nodes, placed = placement([p.context for p in plans], settings)
     for row, (need, fits) in zip(rows, placed, strict=True):
         row["ray"] = {"need": need.to_json(), "fits": bool(fits), "nodes": [n.name for n in fits]}
     return nodes, placed

@@ -254,7 +254,7 @@ def fetch_command(
     if out_dir is not None:
         from neuronc.pipeline.out import place_bundle
 
-        placed = place_bundle(bundle, out_dir)
+        placed = place_bundle(bundle, out_dir, signature_checked=True)  # checked above when required
     manifest = read_manifest(placed or bundle)
     data = {
         "store": s.location,

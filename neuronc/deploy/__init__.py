@@ -11,11 +11,61 @@ package, so there is no import cycle.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues, serving_values
 from neuronc.errors import InvalidInputError
+
+# An image reference, by the grammar of github.com/distribution/reference (reference.go, the grammar
+# Docker and every registry client parse with): [domain[:port]/]path-component(/path-component)*
+# [:tag][@digest]. Hand-written: no Python library ships that grammar, and docker-py's
+# parse_repository_tag only splits a string, it does not validate one. IPv6 registry hosts are not
+# accepted (neuronc's images never use one).
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+# An AWS region name: us-east-1, eu-central-2, us-gov-west-1, cn-northwest-1, us-isob-east-1.
+_REGION = re.compile(r"[a-z]{2}(?:-[a-z]+){1,2}-[0-9]{1,2}")
+
+
+def check_options(options: DeployOptions) -> None:
+    """Exit 2 for a ``--image`` that is not an image reference, or a ``--region`` that is not a region
+    name: both are written into compose files, scripts and hint lines, so nothing else may pass."""
+    from neuronc.errors import safe_text
+
+    image = options.image
+    name = (image or "").split("@")[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    if image is not None and (not _IMAGE.fullmatch(image) or len(name) > 255):  # reference.go: NameTotalLengthMax
+        raise InvalidInputError(
+            f"--image {safe_text(image, 120)!s}: not a container image reference",
+            hint="e.g. public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:TAG or REPOSITORY@sha256:DIGEST",
+        )
+    if not _REGION.fullmatch(options.region):
+        raise InvalidInputError(
+            f"--region {safe_text(options.region, 60)!s}: not an AWS region name", hint="e.g. us-east-1, eu-west-2"
+        )
+
+
+def check_out_dir(bundle_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> None:
+    """Exit 2 when ``out_dir`` is the bundle or inside it: files written there would change the bundle,
+    which then fails ``verify`` and every signature check."""
+    bundle = Path(os.path.realpath(bundle_dir))
+    target = Path(os.path.realpath(out_dir))
+    if target == bundle or bundle in target.parents:
+        raise InvalidInputError(
+            f"--out {out_dir}: inside the bundle {bundle_dir}; the serving files would change the bundle",
+            hint="write them outside it, e.g. --out deploy/ next to the bundle",
+        )
 
 
 def parse_stack(word: str) -> Stack:
@@ -57,7 +107,12 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
 
     chosen = stack if isinstance(stack, Stack) else parse_stack(stack)
     options = options or DeployOptions()
+    check_options(options)
     manifest = read_manifest(bundle_dir)
+    if chosen is Stack.sagemaker:
+        from neuronc.deploy.sagemaker import vllm_dlc_refusal
+
+        vllm_dlc_refusal(manifest.backend, manifest.toolchain, manifest.extra)
     check_compatible(chosen, manifest.backend, manifest.target)
     values = serving_values(manifest, Path(bundle_dir), options.bundle_path)
     if chosen is Stack.vllm and values.backend == "nxdi":
@@ -106,6 +161,8 @@ __all__ = [
     "ServingValues",
     "Stack",
     "check_compatible",
+    "check_options",
+    "check_out_dir",
     "parse_stack",
     "render",
     "serving_values",

@@ -81,8 +81,31 @@ def placement(v: ServingValues, options: DeployOptions) -> Placement:
 
 
 def bundle_volumes(v: ServingValues) -> list[str]:
-    """The bundle's model/ and artifacts/ mounted read-only: nothing in the container can rewrite the artifacts."""
+    """The bundle's model/ and artifacts/ mounted read-only: nothing in the container can rewrite the artifacts.
+
+    Written ``HOST:CONTAINER:ro`` here; ``compose_text`` turns every such volume into compose's long
+    syntax, with the host path escaped (a ``$`` or ``:`` in it means nothing to compose).
+    """
     return [f"{v.bundle}/model:{CONTAINER_BUNDLE}/model:ro", f"{v.bundle}/artifacts:{CONTAINER_BUNDLE}/artifacts:ro"]
+
+
+def long_volume(volume: str | Mapping[str, Any]) -> Any:
+    """``HOST:CONTAINER[:ro]`` as compose's long volume syntax, the host path taken literally.
+
+    The short syntax splits on ``:``, so a bundle path holding one mounts the wrong directory; and
+    compose interpolates ``$`` in every value (``$$`` is a literal ``$``: the compose specification,
+    "Interpolation"). The container path and the mode are neuronc's own (no ``:``), so the host path
+    is everything before them.
+    """
+    if not isinstance(volume, str):
+        return volume
+    parts = volume.rsplit(":", 2)
+    if len(parts) == 3 and parts[2] in {"ro", "rw"}:
+        host, target, mode = parts
+    else:
+        host, target = volume.rsplit(":", 1)
+        mode = "rw"
+    return {"type": "bind", "source": host.replace("$", "$$"), "target": target, "read_only": mode == "ro"}
 
 
 def compose_text(
@@ -99,6 +122,8 @@ def compose_text(
     services: dict[str, Any] = {}
     for index, devices in enumerate(where.groups):
         body = dict(service)
+        if "volumes" in body:
+            body["volumes"] = [long_volume(volume) for volume in body["volumes"]]
         if environment[index]:
             body["environment"] = dict(environment[index])
         body["devices"] = [f"/dev/neuron{d}:/dev/neuron{d}" for d in devices]
@@ -107,7 +132,7 @@ def compose_text(
         services[f"{prefix}-{index}"] = body
     services["nginx"] = {
         "image": NGINX_IMAGE,
-        "volumes": ["./nginx.conf:/etc/nginx/nginx.conf:ro"],
+        "volumes": [long_volume("./nginx.conf:/etc/nginx/nginx.conf:ro")],
         "ports": [f"{options.port}:80"],
         "depends_on": [f"{prefix}-{i}" for i in range(where.replicas)],
         "restart": "unless-stopped",
@@ -156,6 +181,7 @@ __all__ = [
     "Placement",
     "bundle_volumes",
     "compose_text",
+    "long_volume",
     "nginx_conf",
     "placement",
     "resolve_instance",

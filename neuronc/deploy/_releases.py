@@ -17,6 +17,7 @@ from neuronc.backends.support import (
     detect_releases,
     find_release,
     matching,
+    pin_mismatches,
     public,
     releases,
 )
@@ -135,12 +136,11 @@ def plugin_image(release: Release, target: str, toolchain: Mapping[str, str | No
     own = [i for i in release.images_serving(Serves.VLLM_NEURON) if target in i.targets]
     if own:
         return own[0]
-    packages = ("neuronx-cc", "vllm-neuron")
     fits = [
         i
         for r in releases()
         for i in r.images_serving(Serves.VLLM_NEURON)
-        if target in i.targets and image_agrees(i, toolchain, packages)
+        if target in i.targets and not pin_mismatches(i, toolchain)
     ]
     raise no_image(Serves.VLLM_NEURON, release, target, fits)
 

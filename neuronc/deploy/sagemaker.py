@@ -1,5 +1,8 @@
 """SageMaker: an endpoint for an optimum-neuron bundle uploaded to S3 uncompressed.
 
+NxD Inference and vllm-neuron bundles of SDK 2.27+ are refused with the way to serve them
+(``vllm_dlc_refusal``): the AWS vLLM containers have no SageMaker serving integration.
+
 The container family follows the bundle's optimum-neuron version (``images.py``): for 0.4.x the
 Hugging Face vLLM neuronx inference container, configured with ``SM_ON_*`` variables (its
 entrypoint passes them to ``optimum-cli neuron serve``; optimum-neuron ``docker/vllm/Dockerfile``).
@@ -11,8 +14,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
+from packaging.version import Version
+
+from neuronc.backends.support import Release, Serves, detect_releases, find_release, releases
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
@@ -61,6 +68,51 @@ def _image(v: ServingValues, options: DeployOptions) -> str:
         hint = "deploy in one of those regions, or pass --image with a container copied to your region's ECR"
         raise InvalidInputError(msg, hint=hint)
     return image.format(region=options.region)
+
+
+# The backends whose bundles the AWS vLLM containers serve (``--for vllm``), by the kind of image.
+VLLM_DLC_BACKENDS = {"nxdi": Serves.NXDI, "vllm-neuron": Serves.VLLM_NEURON}
+FIRST_VLLM_DLC_RELEASE = "2.27.0"  # the first release whose vLLM image runs the vllm-neuron plugin
+
+
+def _bundle_releases(backend: str, toolchain: Mapping[str, str | None], extra: Mapping[str, Any]) -> list[Release]:
+    record = extra.get("vllm_neuron")
+    recorded = find_release(str(record.get("release"))) if isinstance(record, Mapping) else None
+    if recorded is not None:
+        return [recorded]
+    keys = ("neuronx-cc", "neuronx-distributed-inference") if backend == "nxdi" else None
+    return detect_releases(toolchain, keys)
+
+
+def vllm_dlc_refusal(backend: str, toolchain: Mapping[str, str | None], extra: Mapping[str, Any]) -> None:
+    """InvalidInputError (exit 2) for an NxD Inference or vllm-neuron bundle of SDK 2.27+: the AWS vLLM
+    containers that serve them carry no SageMaker serving integration (SOURCES ``DLC-NO-SAGEMAKER``:
+    their entrypoint runs its arguments, with no ``serve`` program for SageMaker to start), so the way
+    is a user-built image; vLLM itself answers SageMaker's ``/ping`` and ``/invocations`` (vLLM 0.21
+    ``vllm/entrypoints/sagemaker/api_router.py``). Bundles of older releases get the generic refusal."""
+    kind = VLLM_DLC_BACKENDS.get(backend)
+    if kind is None:
+        return
+    found = _bundle_releases(backend, toolchain, extra)
+    if found and all(r.key < Version(FIRST_VLLM_DLC_RELEASE) for r in found):
+        return
+    release = found[-1] if found else None
+    shipping = [r for r in releases() if r.images_serving(kind)]
+    own = release.images_serving(kind) if release is not None else ()
+    base = (own or shipping[-1].images_serving(kind))[0].reference
+    span = f"{shipping[0].version}–{shipping[-1].version}" if shipping else "?"
+    which = f"Neuron SDK {release.version}" if release is not None else "an unknown Neuron SDK release"
+    msg = (
+        f"--for sagemaker: this {backend} bundle ({which}) is served by the AWS vLLM containers "
+        f"(pytorch-inference-vllm-neuronx, SDK {span}), which carry no SageMaker serving integration: their "
+        "entrypoint runs its arguments as a command and has no `serve` program for SageMaker to start"
+    )
+    hint = (
+        "serve it on EC2 with `neuronc deploy BUNDLE --for vllm`; for a SageMaker endpoint build your own image "
+        f"FROM {base} with an executable `serve` on PATH that runs the serve.sh `--for vllm` writes on port 8080 "
+        "(vLLM answers SageMaker's /ping and /invocations), push it to ECR and create the endpoint with it"
+    )
+    raise InvalidInputError(msg, hint=hint)
 
 
 def aws_domain(region: str) -> str:
@@ -196,4 +248,4 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     return Rendered(Stack.sagemaker, files, image=image, notes=notes)
 
 
-__all__ = ["MODEL_DIR", "render_sagemaker", "sagemaker_instance", "timeouts"]
+__all__ = ["MODEL_DIR", "render_sagemaker", "sagemaker_instance", "timeouts", "vllm_dlc_refusal"]

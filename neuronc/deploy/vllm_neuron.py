@@ -19,8 +19,9 @@ written by ``neuronc.backends.vllm_neuron.build.run_compile``; the plugin facts 
 - The engine arguments are the recorded ``engine_args`` (the same values the compile's ``vllm.LLM``
   got, ``gpu_memory_utilization`` included), after the checkpoint path, then ``--port``.
 - The image: ``--image``; else the DLC image the compile ran in, by the digest recorded; else the
-  release's vllm-neuron image from the support matrix, when it ships the bundle's neuronx-cc and
-  vllm-neuron (the cache key holds the component versions: other versions would all miss). A release
+  release's vllm-neuron image from the support matrix, when what it pins is the bundle's neuronx-cc,
+  NKI and libtorch-neuronx-lite (``support.pin_mismatches``: the cache key holds those versions, so
+  other versions would all miss; a pin the matrix does not know is refused too). A release
   without an image is refused with the nearest named. The image's entrypoint runs its arguments as a
   command, and its health check polls :8080/ping: the server listens on 8080 (vllm.SERVER_PORT).
 """
@@ -41,9 +42,6 @@ from neuronc.errors import InvalidInputError
 # Writable in the DLC image (its processes run as root); one copy per replica container.
 CONTAINER_CACHE = "/var/cache/neuronc/vllm"
 VERSIONS = ("neuronx-cc", "nki", "libtorch-neuronx-lite", "vllm-neuron", "vllm")
-# The versions that key the plugin's cache entries (neuronx-cc, NKI) and name its variables (the
-# plugin): an image with other versions would miss every entry.
-KEYED = ("neuronx-cc", "nki", "vllm-neuron")
 
 
 def record_of(v: ServingValues) -> VllmNeuronRecord:
@@ -71,7 +69,8 @@ def seed_script(source: str, root: str) -> str:
 
 def choose_image(v: ServingValues, record: VllmNeuronRecord, options: DeployOptions) -> tuple[str, str]:
     """The image reference and where it came from."""
-    from neuronc.deploy._releases import image_agrees, plugin_image, release_of
+    from neuronc.backends.support import PINNED, pin_mismatches
+    from neuronc.deploy._releases import plugin_image, release_of
 
     if options.image is not None:
         return options.image, "given with --image"
@@ -79,13 +78,21 @@ def choose_image(v: ServingValues, record: VllmNeuronRecord, options: DeployOpti
     if record.pinned is not None:
         return record.pinned, f"the Neuron SDK {release.version} image the compile ran in, by digest"
     image = plugin_image(release, v.target, v.toolchain)
-    if not image_agrees(image, v.toolchain, KEYED):
+    # The image must pin what keys the plugin's cache (neuronx-cc, NKI, libtorch-neuronx-lite); vLLM,
+    # vllm-neuron and torch are recorded in the manifest, not compared.
+    wrong = pin_mismatches(image, v.toolchain)
+    if wrong:
+        keyed = PINNED[Serves.VLLM_NEURON]
+        pins = ", ".join(f"{name} {pinned or '(a version no source names)'}" for name, pinned, _ in wrong)
         msg = (
-            f"the bundle was compiled with {versions_text(v.toolchain, KEYED)}; Neuron SDK {release.version}'s "
-            f"image {image.reference} ships {', '.join(f'{p} {image.packages.get(p)}' for p in KEYED)}: every "
-            "compiled graph would miss the plugin's cache"
+            f"the bundle was compiled with {versions_text(v.toolchain, keyed)}; Neuron SDK {release.version}'s "
+            f"image {image.reference} pins {pins}: every compiled graph would miss the plugin's cache"
         )
-        raise InvalidInputError(msg, hint="pass --image with an image of exactly the bundle's versions")
+        hint = (
+            "pass --image with an image of exactly the bundle's versions, or deploy a bundle compiled in the "
+            "release's image (its digest is recorded)"
+        )
+        raise InvalidInputError(msg, hint=hint)
     assert image.serves is Serves.VLLM_NEURON
     return image.reference, f"the Neuron SDK {release.version} vllm-neuron image (support matrix)"
 

@@ -39,10 +39,10 @@ def resolve_cache_repo(explicit: str | None = None, environ: Mapping[str, str] |
     optimum/neuron/utils/cache_utils.py (0.4.5): get_hf_hub_cache_repos.
     """
     env = os.environ if environ is None else environ
-    if explicit:
-        return explicit, "--repo"
+    if explicit is not None:
+        return check_repo_id(explicit, "--repo"), "--repo"
     if env.get("CUSTOM_CACHE_REPO"):
-        return env["CUSTOM_CACHE_REPO"], "CUSTOM_CACHE_REPO"
+        return check_repo_id(env["CUSTOM_CACHE_REPO"], "CUSTOM_CACHE_REPO"), "CUSTOM_CACHE_REPO"
     stored = hf_home(env) / CUSTOM_CACHE_FILE
     try:
         with open(stored, "rb") as f:  # a one-line file; more than 1 KiB is not a repository name
@@ -50,8 +50,28 @@ def resolve_cache_repo(explicit: str | None = None, environ: Mapping[str, str] |
     except OSError:
         name = ""
     if name and name.isprintable():
-        return name, str(stored)
+        return check_repo_id(name, str(stored)), str(stored)
     return DEFAULT_CACHE_REPO, "default"
+
+
+def check_repo_id(repo_id: str, origin: str) -> str:
+    """``repo_id`` when it is a Hugging Face repository id (huggingface_hub's own rule); else exit 2
+    naming the value and where it came from (it also names a directory of the local cache)."""
+    from huggingface_hub.errors import HFValidationError
+
+    # Documented public utility (huggingface_hub docs, "Utilities": utils.validate_repo_id); the
+    # package re-exports it without `as`, which mypy's strict mode does not count as an export.
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
+
+    from neuronc.errors import InvalidInputError, safe_text
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        reason = safe_text(str(exc).split(". Use ")[0], 200)
+        msg = f"{origin} '{safe_text(repo_id, 120)}': not a Hugging Face repository id ({reason})"
+        raise InvalidInputError(msg, hint="e.g. aws-neuron/optimum-neuron-cache (namespace/name)") from None
+    return repo_id
 
 
 def hub_endpoint(environ: Mapping[str, str] | None = None) -> str:

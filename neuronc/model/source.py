@@ -22,7 +22,7 @@ from neuronc.errors import (
 )
 from neuronc.fsutil import disk_full_error
 from neuronc.model.files import local_model_dir
-from neuronc.model.hfcache import COMMIT_RE, cached_commit, hub_cache_dir, hub_offline
+from neuronc.model.hfcache import COMMIT_RE, cached_commit, hub_cache_dir, hub_offline, repo_cache_dir
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -71,6 +71,28 @@ def _hub_commit(model_id: str, revision: str) -> str | None:
         raise
     sha = getattr(info, "sha", None)
     return sha if isinstance(sha, str) and COMMIT_RE.fullmatch(sha) else None
+
+
+def known_commits(model_id: str, revision: str | None) -> list[str]:
+    """Commits ``revision`` may have pointed at before: the newest first from the Hub's history of
+    the ref (``HfApi.list_repo_commits``, when the Hub is reachable), then every snapshot the local
+    Hugging Face cache holds (the commits this machine has downloaded). Never raises: an unreachable
+    Hub, a gated repo or an empty cache leaves what was found."""
+    found: list[str] = []
+    if not hub_offline():
+        try:
+            from huggingface_hub import HfApi
+
+            found.extend(c.commit_id for c in HfApi().list_repo_commits(model_id, revision=revision or "main"))
+        except Exception as exc:  # the history is a diagnosis aid: without it, the local cache's commits
+            if not (is_network_error(exc) or is_client_library_error(exc)):
+                raise
+    try:
+        snapshots = sorted(p.name for p in (repo_cache_dir(model_id) / "snapshots").iterdir() if p.is_dir())
+    except OSError:
+        snapshots = []
+    found.extend(name for name in snapshots if COMMIT_RE.fullmatch(name))
+    return [c for c in dict.fromkeys(found) if isinstance(c, str) and COMMIT_RE.fullmatch(c)]
 
 
 _HUB_HINT = (

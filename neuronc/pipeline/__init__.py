@@ -9,7 +9,9 @@ an environment error, which would fail every remaining build the same way.
 A store hit is the fast path: resolving a build, its keys and the lookup import neither torch nor
 transformers, so ``neuronc compile`` on a built profile returns in a fraction of a second.
 
-Modules: ``context`` (a build resolved once), ``stages`` (what happens on a miss), ``run`` (the
+Modules: ``context`` (a build resolved once), ``identity`` (a resolved build as it travels to
+another process: a Ray task builds it at the driver's commit and checks its key), ``moved`` (which
+ref moved when a ``--only`` key matches no build), ``stages`` (what happens on a miss), ``run`` (the
 loop over builds), ``report`` (typed results and the JSON report), ``timing`` (stage clock),
 ``nearest`` (the nearest bundle on a miss), ``out`` (``--out`` copies), ``messages`` (the
 run's context-scoped sink for messages to people).

@@ -65,12 +65,20 @@ class BuildContext:
 
     @cached_property
     def model_config(self) -> dict[str, Any] | None:
-        """config.json if it is on this machine (the local directory or the Hugging Face cache); no network."""
+        """config.json at the resolved commit, if it is on this machine (the local directory or the
+        Hugging Face cache's snapshot of that commit); no network.
+
+        The one place a build is sized from: `plan`, `matrix`, the Ray driver's placement and
+        `compile`'s pre-flight all read it here, so none of them sizes a build from another commit
+        than the one its key names (a moved ``main`` in the local refs included).
+        """
         from neuronc.model.files import find_model_config, read_model_config
 
         if self.model_dir is not None:
             return read_model_config(self.model_dir, required=False)
-        return find_model_config(self.spec.model.id, self.revision or self.spec.model.revision, None)
+        if self.revision is None:
+            return None  # unresolved: no commit to read it at (the revision as written may be another)
+        return find_model_config(self.spec.model.id, self.revision, None)
 
     def require_available(self) -> None:
         """BackendUnavailableError (exit 5) unless the backend can compile here."""
@@ -86,6 +94,7 @@ def resolve_build(
     availability: Availability | None = None,
     strict: bool = True,
     environ: Mapping[str, str] | None = None,
+    commit: str | None = None,
 ) -> BuildContext:
     """Resolve a build once: its backend, toolchain, model location, revision and config key.
 
@@ -112,7 +121,9 @@ def resolve_build(
     revision: str | None = None
     unresolved: CheckpointError | None = None
     key: ConfigKey | None = None
-    if model_dir is None:
+    if model_dir is None and commit is not None:
+        revision = commit
+    elif model_dir is None:
         try:
             revision = resolve_revision(spec.model.id, spec.model.revision)
         except CheckpointError as exc:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from neuronc.backends.base import Availability
 from neuronc.errors import BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
 from neuronc.pipeline.context import BuildContext, resolve_build
+from neuronc.pipeline.identity import BuildIdentity
 from neuronc.pipeline.messages import Log, logging_to, say
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, hit_graphs
 from neuronc.pipeline.timing import StageClock
@@ -84,25 +85,40 @@ def open_store(store: BundleStore | str | os.PathLike[str] | None) -> BundleStor
     return open_any(store)
 
 
-def select_builds(specs: Sequence[BuildSpec], only: Sequence[str]) -> list[BuildContext]:
+def select_builds(specs: Sequence[BuildSpec], only: Sequence[str], commit: str | None = None) -> list[BuildContext]:
     """The builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them),
-    resolved: the key is worked out as `compile`, `plan` and `matrix` work it out."""
+    resolved: the key is worked out as `compile`, `plan` and `matrix` work it out (``commit``: a hub
+    model's revision as resolved when the key was printed, the matrix entry's ``revision``).
+
+    A key that matches no build, where a hub model's ref has moved since (its key at an earlier
+    commit of the ref is that key), says which ref moved, from which commit to which.
+    """
     keys = [k.strip().lower() for k in only if k.strip()]
     short = [k for k in keys if len(k) < 6 or not all(c in "0123456789abcdef" for c in k)]
     if short:
         msg = f"--only takes a config hash or a prefix of at least 6 hex digits, got {', '.join(short)}"
         raise InvalidInputError(msg)
     selected: list[BuildContext] = []
+    contexts: list[BuildContext] = []
     matched: set[str] = set()
     for spec in specs:
-        ctx = resolve_build(spec, strict=False)
+        ctx = resolve_build(spec, strict=False, commit=commit)
+        contexts.append(ctx)
         hits = [k for k in keys if ctx.config_key is not None and ctx.config_key.hash.startswith(k)]
         if hits:
             selected.append(ctx)
             matched.update(hits)
     missing = [k for k in keys if k not in matched]
     if missing:
+        from neuronc.pipeline.moved import moved_refs
+
+        moves = moved_refs(contexts, missing) if commit is None else []
         msg = f"--only {', '.join(missing)} matches no build of the profiles given"
+        if moves:
+            msg += ": " + "; ".join(move.describe() for move in moves)
+            commits = sorted({move.old for move in moves})
+            hint = f"pass --revision {commits[0]} (the matrix entry's `revision`) to build that key"
+            raise InvalidInputError(msg, details=[m.detail() for m in moves], hint=hint)
         raise InvalidInputError(msg, hint="`neuronc matrix PROFILE --format json` lists every build's key")
     return selected
 
@@ -114,6 +130,7 @@ def compile_profiles(
     out_dir: str | os.PathLike[str] | None = None,
     jobs: int | None = None,
     only: Sequence[str] | None = None,
+    revision: str | None = None,
     require_hit: bool = False,
     progress: ProgressSink = NULL_PROGRESS,
     on_report: Callable[[BuildReport], None] | None = None,
@@ -123,12 +140,15 @@ def compile_profiles(
     """Compile every build of every profile; return one report per build.
 
     Args:
-        paths: profile YAML files; every one is loaded and validated before any work starts.
+        paths: profile YAML files, or directories of them (their *.yaml and *.yml files); every one
+            is loaded and validated before any work starts.
         store: a store object, a location (directory, s3://, hf://), or None for the default store.
         out_dir: also place the bundle here (the bundle itself for a single build; one
             sub-directory per bundle when the run has several).
         jobs: graphs compiled in parallel (default: the number of cores).
         only: build only the builds whose config hash starts with one of these keys.
+        revision: the commit every hub model's revision resolves to (a matrix entry's ``revision``):
+            the builds are keyed and built at it, whatever the revision points at now.
         require_hit: never compile; a build that is not in the store fails with exit 6.
         progress: where stage and graph progress goes.
         on_report: called with each report as soon as its build ends.
@@ -144,13 +164,18 @@ def compile_profiles(
         InvalidInputError: ``only`` matches no build.
         KeyboardInterrupt: after the running build's staging directory is removed.
     """
-    from neuronc.profile import load_builds
+    from neuronc.profile import expand_profile_paths, load_builds
 
-    specs = load_builds(paths)
+    commit = _commit_option(revision)
+    specs = load_builds(expand_profile_paths(paths))
     if not specs:
         raise InvalidInputError("no builds to compile")
     with logging_to(log):
-        contexts: list[BuildContext | None] = list(select_builds(specs, only)) if only else [None] * len(specs)
+        contexts: list[BuildContext | None] = [None] * len(specs)
+        if only:
+            contexts = list(select_builds(specs, only, commit))
+        elif commit is not None:
+            contexts = [resolve_build(spec, strict=False, commit=commit) for spec in specs]
         selected = [c.spec for c in contexts if c is not None] if only else list(specs)
         options = BuildOptions(
             jobs=jobs or default_jobs(),
@@ -170,6 +195,19 @@ def _ignore(report: BuildReport) -> None:
     pass
 
 
+def _commit_option(revision: str | None) -> str | None:
+    """``--revision``: a 40-hex commit, or empty (a matrix entry of a local model has none)."""
+    if revision is None or not revision.strip():
+        return None
+    from neuronc.model.hfcache import COMMIT_RE
+
+    commit = revision.strip().lower()
+    if not COMMIT_RE.fullmatch(commit):
+        msg = f"--revision takes the 40-hex commit a matrix entry names (its `revision`), got {revision!r}"
+        raise InvalidInputError(msg, hint="`neuronc matrix PROFILE --format json` lists each build's revision")
+    return commit
+
+
 def build_one(
     spec: BuildSpec,
     *,
@@ -177,13 +215,16 @@ def build_one(
     options: BuildOptions | None = None,
     availability: Availability | None = None,
     context: BuildContext | None = None,
+    identity: BuildIdentity | None = None,
 ) -> BuildReport:
     """Build one BuildSpec into the store (or find it there); never leaves a half-written bundle.
 
     A NeuroncError is recorded in the returned report (status ``failed``, its exit code, the
     exception itself); a KeyboardInterrupt removes the staging directory and propagates; any other
     exception means a bug and propagates after the same cleanup. ``availability`` and ``context``
-    skip asking the backend or resolving the build again.
+    skip asking the backend or resolving the build again. ``identity`` is the build as another
+    process selected it (a Ray task's driver): it is resolved at that commit, never again, and a
+    build that would get another key here fails with exit 5 naming what differs.
     """
     options = options or BuildOptions()
     resolved_store = open_store(store)
@@ -197,7 +238,10 @@ def build_one(
     try:
         if ctx is None:
             with clock.stage("plan", "plan", quiet=True):
-                ctx = resolve_build(spec, availability=availability)
+                if identity is not None:
+                    ctx = identity.resolve(spec, availability=availability)
+                else:
+                    ctx = resolve_build(spec, availability=availability)
         with clock.stage("lookup", "store lookup", quiet=True):
             found = resolved_store.lookup(ctx.config.hash, ctx.toolchain_key)
         if found is None:
@@ -207,7 +251,7 @@ def build_one(
             outcome = _build(ctx, resolved_store, options, clock, nearest)
         else:
             outcome = Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)))
-        out = _place_out(spec, ctx, outcome.bundle, options, clock)
+        out = _place_out(spec, ctx, outcome.bundle, options, clock, built=outcome.status == BuildStatus.BUILT)
     except NeuroncError as exc:
         error = exc
     return BuildReport.assemble(
@@ -272,13 +316,14 @@ def _build(
 
 
 def _place_out(
-    spec: BuildSpec, ctx: BuildContext, bundle: Path, options: BuildOptions, clock: StageClock
+    spec: BuildSpec, ctx: BuildContext, bundle: Path, options: BuildOptions, clock: StageClock, *, built: bool
 ) -> Path | None:
+    """``--out``: a copy of the bundle. A hit comes out of the store: a required signature is checked first."""
     if options.out_dir is None:
         return None
     from neuronc.pipeline.out import bundle_dirname, place_bundle
 
     dest = options.out_dir / bundle_dirname(spec, ctx.config.hash) if options.out_subdir else options.out_dir
     with clock.stage("out", f"copy bundle to {dest}", quiet=True):
-        place_bundle(bundle, dest)
+        place_bundle(bundle, dest, signature_checked=built)
     return dest

@@ -18,6 +18,7 @@ from neuronc.fsutil import plural
 from neuronc.pipeline.context import BuildContext
 from neuronc.pipeline.messages import say
 from neuronc.pipeline.timing import StageClock
+from neuronc.resources import PoolCancelled
 from neuronc.store import BundleStore
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def compile_into_store(
     try:
         with clock.stage("resolve", "resolve checkpoint"):
             model_dir, source = resolve_checkpoint(spec, ctx.model_dir, ctx.revision)
+        _stop_if_cancelled(options)
         weights_dir: Path | None = None
         shards: list[Shard] = []
         # A backend that shards in its own format (the Neuron SDKs) never reads neuronc's rank
@@ -79,9 +81,11 @@ def compile_into_store(
                 split_bytes = estimate.host_split_bytes if estimate is not None else None
                 with options.pool.slot(split_bytes) if options.pool is not None else contextlib.nullcontext():
                     shards = _split(model_dir, weights_dir, ctx, writer, options)
+        _stop_if_cancelled(options)
         with clock.stage("model_files", "copy config and tokenizer"):
             _add_model_files(model_dir, writer)
             _add_profile(ctx, writer)
+        _stop_if_cancelled(options)
         job = CompileJob(
             spec=spec,
             plan=ctx.plan,
@@ -102,6 +106,7 @@ def compile_into_store(
         with clock.stage("compile", f"compile {graphs} with {spec.backend}", children=True):
             result = _compile(ctx, job)
         records = _graph_records(result)
+        _stop_if_cancelled(options)  # a cancelled build never publishes
         with clock.stage("publish", "write manifest and publish"):
             record = BuildRecord.for_build(
                 spec,
@@ -126,6 +131,13 @@ def compile_into_store(
     if published is not None and published.lost_race:
         return Built(bundle, graphs_json, lost_race=True, message=published.message)
     return Built(bundle, graphs_json)
+
+
+def _stop_if_cancelled(options: BuildOptions) -> None:
+    """A cancelled run (Ctrl-C here, a cancelled Ray task on a node) stops between stages too, not only
+    where it waits for the worker pool: the caller's cleanup then removes the staging directory."""
+    if options.pool is not None and options.pool.cancelled:
+        raise PoolCancelled
 
 
 def _compile(ctx: BuildContext, job: CompileJob) -> CompileResult:
@@ -211,7 +223,7 @@ def _keep_logs(exc: CompileError, staging: Path, ctx: BuildContext) -> None:
         kept = failed_logs_root() / f"{ctx.config.short}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         try:
             kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(logs, kept)
+            shutil.copytree(logs, kept, symlinks=True)  # a link a backend left is not followed
         except OSError:
             kept = None  # keeping logs is best effort: the compile error itself is what matters
     log_path = Path(exc.log_path) if exc.log_path else None

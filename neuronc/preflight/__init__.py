@@ -11,7 +11,6 @@ from neuronc.preflight.estimate import (
     estimate,
     gib,
     host_ram_bytes,
-    load_model_config,
     preflight,
     smallest_fitting_tp,
 )
@@ -26,7 +25,6 @@ __all__ = [
     "gib",
     "hbm_per_core",
     "host_ram_bytes",
-    "load_model_config",
     "model_dims",
     "preflight",
     "smallest_fitting_tp",

@@ -260,16 +260,6 @@ def _warn(est: Estimate, host_ram: int | None) -> None:
                 )
 
 
-def load_model_config(spec: BuildSpec) -> dict[str, Any] | None:
-    """The model's config.json from a local directory or the local Hugging Face cache (no network)."""
-    from pathlib import Path
-
-    from neuronc.model.files import find_model_config
-
-    base_dir = Path(spec.profile_path).parent if spec.profile_path else None
-    return find_model_config(spec.model.id, spec.model.revision, base_dir)
-
-
 def smallest_fitting_tp(spec: BuildSpec, model_config: Mapping[str, Any], backend: Backend) -> int | None:
     """The smallest tensor-parallel degree above the build's that the backend supports on the target
     and at which the build fits (None when none does)."""

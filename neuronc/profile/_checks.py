@@ -131,6 +131,7 @@ def check_backend_fields(view: LenientView, backend: Backend, problem: Problem) 
             problem(("target",), _target_problem(target, backend))
         for each in found:
             problem(each.path, each.message)
+        check_lnc(options, backend, problem)
     for path, value, universe, supported in (
         (("amp",), amp, AMP_TO_DTYPE, backend.amp),
         (("model", "task"), task, TASKS, backend.tasks),
@@ -145,6 +146,18 @@ def check_backend_fields(view: LenientView, backend: Backend, problem: Problem) 
     if flags and backend.compiler_flags_mode is CompilerFlagsMode.NONE:
         problem(("compiler", "flags"), backend.compiler_flags_problem())
     check_options(options, backend, problem)
+
+
+def check_lnc(options: Mapping[str, Any], backend: Backend, problem: Problem) -> None:
+    """``options.logical_nc_config`` against the LNC values the support matrix gives the backend."""
+    from neuronc.backends.support import lnc_problem
+    from neuronc.hardware import LNC_OPTION
+
+    value = options.get(LNC_OPTION)
+    if isinstance(value, int) and not isinstance(value, bool):
+        found = lnc_problem(backend.name, value)
+        if found is not None:
+            problem(("options", LNC_OPTION), found)
 
 
 def _target_problem(target: str, backend: Backend) -> str:

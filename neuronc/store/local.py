@@ -171,6 +171,9 @@ class LocalStore(BundleStore):
                 raise ValueError(msg)
             return self.path_for(manifest)
 
+        # Leftovers of any key whose writer died (a killed process, a Ray worker ended with its job)
+        # go now, not only those of this key: the next build here cleans up after every dead one.
+        sweep_work_dir(self.staging_dir)
         return BundleWriter(
             destination,
             overwrite=True,

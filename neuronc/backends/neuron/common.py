@@ -20,7 +20,16 @@ from neuronc.backends.base import (
 )
 from neuronc.backends.neuron.env import IMPORT_NAMES, PYPI_PLACEHOLDERS, build_env
 from neuronc.backends.neuron.isolated import run_isolated
-from neuronc.backends.support import Resolution, backend_targets, detect_release, detect_releases, matching, resolve
+from neuronc.backends.support import (
+    TORCH_NEURONX,
+    Resolution,
+    backend_targets,
+    detect_release,
+    detect_releases,
+    is_torchneuron,
+    matching,
+    resolve,
+)
 from neuronc.bundle import BUNDLE_PLACEHOLDER
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.hardware import chip, tp_degrees
@@ -128,6 +137,10 @@ class NeuronBackend(BackendBase):
             return package
         if version in PYPI_PLACEHOLDERS.get(package, ()):
             return f"{package} (found {version}, the PyPI placeholder)"
+        if package == TORCH_NEURONX and is_torchneuron(version):
+            # From PyTorch 2.10 the torch-neuronx name carries TorchNeuron, the native backend
+            # (neuronc.backends.support.is_torchneuron): its metadata and module look the same.
+            return f"{package} (found {version}: TorchNeuron, the native PyTorch backend, not the XLA torch-neuronx)"
         if not module_present(module):
             return f"{package} (metadata says {version}, but module '{module}' is not importable)"
         return None

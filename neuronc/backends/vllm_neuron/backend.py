@@ -131,7 +131,11 @@ class VllmNeuronBackend(NeuronBackend):
         """``sdk:``, else the installed plugin's release, else the newest release with a DLC image."""
         found = resolve(self.name, target, sdk, self.toolchain_versions())
         if sdk is None and found.how == "newest" and found.problem is None:
-            with_image = [r for r in supporting(self.name, target) if release_image(r, target) is not None]
+            with_image = [
+                r
+                for r in supporting(self.name, target)
+                if release_image(r, target) is not None and not r.named_only(self.name, target)
+            ]
             if with_image and with_image[-1] is not found.release:
                 note = f"SDK {found.release.version if found.release else '?'} has no known DLC image"
                 return Resolution(with_image[-1], "newest", notes=(note,))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from neuronc.backends.base import CompileJob, CompileResult
 from neuronc.backends.neuron.env import platform_target
 from neuronc.backends.neuron.files import copy_checkpoint, even_split
-from neuronc.backends.support import Image, Release, public
+from neuronc.backends.support import Image, Release, pin_mismatches
 from neuronc.backends.vllm_neuron.cache import collect
 from neuronc.backends.vllm_neuron.engine import (
     CACHE_DIR,
@@ -216,10 +216,10 @@ def run_compile(job: CompileJob, plan: RunnerPlan) -> CompileResult:
 def _check_image_versions(plan: RunnerPlan, found: Mapping[str, str | None]) -> None:
     """The image must ship the versions the support matrix records for it (the toolchain key says so)."""
     assert plan.image is not None
+    # What the DLC pins (neuronx-cc, NKI, libtorch-neuronx-lite); vLLM, vllm-neuron and torch are recorded.
     wrong = [
-        f"{name}: expected {version}, the image has {found.get(name) or 'none'}"
-        for name, version in plan.image.packages.items()
-        if public(found.get(name)) != public(version)
+        f"{name}: expected {version}, the image has {have or 'none'}"
+        for name, version, have in pin_mismatches(plan.image, found, strict=False)
     ]
     if wrong:
         msg = f"{plan.reference} does not hold the versions of Neuron SDK {plan.release.version}'s image"

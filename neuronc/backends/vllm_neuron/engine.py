@@ -5,8 +5,9 @@ its input shapes (facts.py); the KV cache shape is one of those inputs and is si
 ``gpu_memory_utilization``. So the compile (``vllm.LLM(**engine_kwargs)``) and the server
 (``vllm serve <checkpoint> <engine_args>``) must get the same values, and every value whose default
 differs between ``LLM`` and ``vllm serve`` (``max_num_seqs``, ``max_num_batched_tokens`` by usage
-context; ``gpu_memory_utilization`` 0.92 in ``LLM`` vs 0.9 in ``EngineArgs``, vLLM 0.21
-``vllm/entrypoints/llm.py``) is always passed explicitly.
+context) is always passed explicitly, and so is ``gpu_memory_utilization``: vLLM 0.21's default is 0.92
+in ``LLM`` and ``EngineArgs`` alike (``vllm/entrypoints/llm.py`` ``LLM.__init__``; ``EngineArgs`` takes
+``CacheConfig.gpu_memory_utilization``, ``vllm/config/cache.py``), neuronc's is its own (below).
 
 Profile -> vLLM (``EngineArgs`` fields) and ``--additional-config '{"neuron_config": ...}'``
 (vllm-neuron docs/guides/reference-configuration.md):
@@ -40,7 +41,11 @@ if TYPE_CHECKING:
 CHECKPOINT_DIR = "artifacts/checkpoint"  # the checkpoint as the plugin loads it (HF safetensors)
 CACHE_DIR = "artifacts/vllm-cache"  # the VLLM_CACHE_ROOT the compile filled
 CONTAINER_BUNDLE = "/bundle"  # where the bundle (and, while compiling, its staging copy) is mounted
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's EngineArgs default
+# neuronc's choice, not vLLM's (0.92): the bundles compiled so far recorded 0.9, and the option is hashed as
+# the profile gives it (unset), so another default would give an unchanged config hash other KV shapes;
+# 0.9 also leaves HBM the Neuron runtime reserves outside vLLM's accounting (2.33's runtime keeps 64 MB
+# per NeuronCore for DMA profiling by default: release-notes/components/runtime.rst, 2.33.0).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 
 
 class VllmNeuronOptions(StrictModel):

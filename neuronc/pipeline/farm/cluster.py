@@ -6,16 +6,17 @@ Ray is imported inside the functions here: only ``--executor ray`` loads it (``p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
-import signal
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ INSTALL_HINT = "pip install 'neuronc[ray]' (the driver and every node need Ray; 
 _BUILTIN_RESOURCES = {"CPU", "GPU", "memory", "object_store_memory"}
 # Seconds the store probe may take on each node (a runtime_env that installs packages is set up first).
 PROBE_TIMEOUT_SECONDS = 600.0
+# Seconds a TCP connection to the cluster's address may take before it counts as unreachable.
+PROBE_CONNECT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class RaySettings:
     max_retries: int = 2
     # After Ctrl-C: how long running builds get to clean up before their workers are killed.
     cancel_grace_seconds: float = 30.0
+    # How long connecting to the cluster may take (``--ray-connect-timeout``): Ray itself never gives up.
+    connect_timeout_seconds: float = 60.0
 
     def resolved_address(self) -> str:
         address = self.address or os.environ.get(ADDRESS_ENV, "")
@@ -132,30 +137,112 @@ def import_ray() -> Any:
 
 
 def connect(settings: RaySettings) -> bool:
-    """Connect this process to the cluster (unless it already is); True when this call connected."""
+    """Connect this process to the cluster (unless it already is); True when this call connected.
+
+    Bounded: Ray retries an unreachable GCS for ever in C++ code that neither Ctrl-C nor SIGTERM
+    interrupts. So the address is probed first (resolved, and a TCP connection to its port: exit 5
+    at once naming it when nothing answers), and ``ray.init`` runs in a helper thread while this
+    one waits, interruptibly, at most ``connect_timeout_seconds`` (exit 5). Ctrl-C or SIGTERM while
+    waiting ends the run (exit 130); the helper thread is a daemon and does not hold the exit.
+    """
     ray = import_ray()
     if ray.is_initialized():
         return False
     address = settings.resolved_address()
-    # ray.init makes SIGTERM exit the process at once (sys.exit): keep neuronc's handler, which ends
-    # the run as Ctrl-C does (the builds cancelled, exit 130).
-    on_term = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
-    try:
-        ray.init(
-            address=address,
-            runtime_env=dict(settings.runtime_env) if settings.runtime_env is not None else None,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-            configure_logging=True,
-        )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        msg = f"cannot connect to the Ray cluster at {address}: {exc}"
+    result: dict[str, BaseException | None] = {}
+    done = threading.Event()
+
+    def attempt() -> None:
+        try:
+            endpoint = _endpoint(address)
+            if endpoint is not None:
+                _probe(address, *endpoint, timeout=min(PROBE_CONNECT_SECONDS, settings.connect_timeout_seconds))
+            with _quiet_thread_warning():
+                ray.init(
+                    address=address,
+                    runtime_env=dict(settings.runtime_env) if settings.runtime_env is not None else None,
+                    logging_level=logging.WARNING,
+                    log_to_driver=False,
+                    configure_logging=True,
+                )
+            result["error"] = None
+        except BaseException as exc:  # handed to the waiting thread, which raises it or a neuronc error
+            result["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=attempt, name="neuronc-ray-connect", daemon=True).start()
+    deadline = time.monotonic() + settings.connect_timeout_seconds
+    while not done.wait(0.2):  # an Event wait: Ctrl-C and SIGTERM (KeyboardInterrupt) get through
+        if time.monotonic() >= deadline:
+            msg = f"cannot connect to the Ray cluster at {address}: no answer in {settings.connect_timeout_seconds:g} s"
+            hint = "check --ray-address / RAY_ADDRESS and that the head runs (or raise --ray-connect-timeout)"
+            raise EnvironmentIncompatibleError(msg, hint=hint)
+    error = result.get("error")
+    if isinstance(error, NeuroncError | KeyboardInterrupt):
+        raise error
+    if isinstance(error, ConnectionError | RuntimeError | ValueError):
+        msg = f"cannot connect to the Ray cluster at {address}: {error}"
         hint = "check --ray-address / RAY_ADDRESS and that the head runs"
-        raise EnvironmentIncompatibleError(msg, hint=hint) from exc
-    finally:
-        if on_term is not None:
-            signal.signal(signal.SIGTERM, on_term)
+        raise EnvironmentIncompatibleError(msg, hint=hint) from error
+    if error is not None:
+        raise error
     return True
+
+
+def _endpoint(address: str) -> tuple[str, int] | None:
+    """The host and port of ``ray://host:port`` or ``host:port`` (GCS); None for ``auto``/``local``,
+    which Ray resolves itself. An address without a port gets Ray's defaults (10001 for Ray Client,
+    6379 for the GCS); an address that is not host:port is exit 2."""
+    from urllib.parse import urlsplit
+
+    text = address.strip()
+    if text in {"auto", "local"}:
+        return None
+    scheme, _, rest = text.rpartition("://")
+    try:
+        parts = urlsplit(f"//{rest}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or parts.path or parts.query or parts.fragment or parts.username is not None:
+        msg = f"--ray-address {address}: not an address of a Ray cluster"
+        raise InvalidInputError(msg, hint="give host:port (the GCS), ray://host:10001 (Ray Client), or auto")
+    return host, port or (10001 if scheme else 6379)
+
+
+def _probe(address: str, host: str, port: int, *, timeout: float) -> None:
+    """Exit 5 naming ``address`` when ``host`` does not resolve or nothing accepts a connection on ``port``."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except socket.gaierror as exc:
+        msg = f"cannot connect to the Ray cluster at {address}: cannot resolve {host} ({exc.strerror})"
+        raise EnvironmentIncompatibleError(msg, hint="check --ray-address / RAY_ADDRESS") from None
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        msg = f"cannot connect to the Ray cluster at {address}: nothing answers on {host}:{port} ({why})"
+        hint = "check --ray-address / RAY_ADDRESS and that the head runs (`ray status` on the head)"
+        raise EnvironmentIncompatibleError(msg, hint=hint) from None
+
+
+@contextlib.contextmanager
+def _quiet_thread_warning() -> Iterator[None]:
+    """Drop Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM handler: neuronc
+    keeps its own handler on purpose (SIGTERM ends the run as Ctrl-C does)."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SIGTERM handler is not set")
+
+    # The logger of ray/_private/worker.py, by name (logging's public API; nothing of Ray's imported).
+    logger = logging.getLogger("ray._private.worker")
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def cluster_nodes() -> list[Node]:

@@ -38,6 +38,7 @@ from neuronc.pipeline.farm.cluster import (
     refuse_unplaceable,
 )
 from neuronc.pipeline.farm.task import EventLog, report_from_worker, run_build
+from neuronc.pipeline.identity import BuildIdentity
 from neuronc.pipeline.local import OnReport
 from neuronc.pipeline.messages import say
 from neuronc.pipeline.report import BuildReport, BuildStatus
@@ -69,9 +70,12 @@ class RayExecutor:
     ) -> list[BuildReport]:
         ray = import_ray()
         resolved_store = open_store(store)
-        # The driver's view of each build (its graphs, the model's config.json for the pre-flight); the
-        # key a node builds is resolved there, with the node's backend and toolchain.
+        # Each build resolved once, here: the commit, the key and the toolchain it expects travel with its
+        # task (``BuildIdentity``); a node builds at that commit and never resolves the revision again.
         resolved = [ctx if ctx is not None else _resolve(spec) for spec, ctx in zip(specs, contexts, strict=True)]
+        for ctx in resolved:
+            if ctx.unresolved is not None:  # before anything is submitted: no node may guess the commit
+                raise ctx.unresolved
         with _ray_messages_to_stderr():
             return self._run(ray, specs, resolved, resolved_store, options, on_report)
 
@@ -94,7 +98,8 @@ class RayExecutor:
                     say(f"{need.label}: host memory unknown ({need.unknown}); placed by CPUs and resources only")
             usable = [n for n in nodes if any(n.fits(need) for need in needs)]
             check_store_shared(resolved_store, usable, shared=self.settings.shared_store)
-            farm = _Farm(ray, specs, needs, resolved_store, options, self.settings, on_report, nodes)
+            identities = [BuildIdentity.of(ctx).to_json() for ctx in resolved]
+            farm = _Farm(ray, specs, needs, resolved_store, options, self.settings, on_report, nodes, identities)
             return farm.run()
         finally:
             if connected:
@@ -142,6 +147,7 @@ class _Farm:
         settings: RaySettings,
         on_report: OnReport,
         nodes: Sequence[Node],
+        identities: Sequence[dict[str, Any]],
     ) -> None:
         self.ray = ray
         self.specs = specs
@@ -155,6 +161,8 @@ class _Farm:
         self.tasks: dict[int, ProgressTask] = {}
         self.finished: set[int] = set()
         self.seen = 0  # how many of the event log's events were read
+        # Each build as the driver resolved it (``BuildIdentity.to_json``), sent with its task.
+        self.identities = identities
 
     def node_name(self, node_id: str) -> str:
         if node_id not in self.names:
@@ -178,6 +186,7 @@ class _Farm:
                     "store": self.store.location,
                     "jobs": need.cpus,
                     "require_hit": self.options.require_hit,
+                    "identity": self.identities[index],
                 }
                 task_options = need.ray_options()
                 ref = remote.options(

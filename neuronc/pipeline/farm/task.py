@@ -1,21 +1,26 @@
 """What runs on a node of the Ray cluster: one build, through the same ``build_one`` a local compile runs.
 
-The task resolves the build on the node (its backend, its toolchain: the key is the node's), looks it
-up in the shared store and on a miss compiles and publishes it there. It sends what happens to the
-driver through a Ray queue (started on which node, messages for people) and returns the report as
-JSON, which the driver turns back into a ``BuildReport`` (``report_from_worker``).
+The task builds what the driver resolved (``BuildIdentity``: the commit, the key, the toolchain): it
+never resolves the model's revision again, and a node whose toolchain or environment would give
+another key fails that build (exit 5, naming what differs) rather than publish a key the driver never
+selected. It looks the key up in the shared store and on a miss compiles and publishes it there. It
+sends what happens to the driver through a Ray queue (started on which node, messages for people)
+and returns the report as JSON, which the driver turns back into a ``BuildReport`` (``report_from_worker``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
+import signal
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from neuronc.errors import CompileError, NeuroncError
+from neuronc.pipeline.identity import BuildIdentity
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, StageReport
 from neuronc.resources import WorkPool
 from neuronc.spec import BuildSpec
@@ -91,35 +96,68 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
         events, {"index": index, "event": "started", "node": node, "pid": os.getpid(), "host": socket.gethostname()}
     )
     spec = BuildSpec.model_validate(payload["spec"])
+    identity = BuildIdentity.from_json(payload["identity"])
     jobs = int(payload["jobs"])
     # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
     pool = WorkPool(jobs)
     options = BuildOptions(jobs=jobs, require_hit=bool(payload["require_hit"]), pool=pool)
     outcome: dict[str, Any] = {}
 
+    finished = threading.Event()
+
     def body() -> None:
         try:
             with logging_to(lambda message: emit("say", message=message)):
-                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options)
+                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options, identity=identity)
         except BaseException as exc:  # handed to the task's thread, which raises it
             outcome["raised"] = exc
+        finally:
+            finished.set()
 
     # The build runs in a thread of its own while this one waits in short steps: ray.cancel raises
     # KeyboardInterrupt in this thread only when it runs Python code, never while it is blocked in a
     # wait. On a cancel the pool stops the build's workers and the build removes its staging directory.
     thread = threading.Thread(target=contextvars.copy_context().run, args=(body,), name="neuronc-build", daemon=True)
     thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(_STEP_SECONDS)
-    except KeyboardInterrupt:
-        pool.cancel()
-        thread.join(_CANCEL_SECONDS)
-        raise
+    follow_build(finished, pool)
     if "raised" in outcome:
         raise outcome["raised"]
     report: BuildReport = outcome["report"]
     return {"node": node, "host": socket.gethostname(), "report": report.to_json()}
+
+
+def follow_build(finished: threading.Event, pool: WorkPool) -> None:
+    """Wait for the build thread to set ``finished``; on a cancel, stop it and wait for its cleanup.
+
+    ray.cancel raises KeyboardInterrupt in this (the main) thread. The wait is on an Event, not
+    Thread.join: on CPython before 3.13 a KeyboardInterrupt that lands in Thread.join releases the
+    running thread's state lock and marks it stopped, so a later join returns at once; the task then
+    ended while the build still ran, the driver exited, and Ray killed this worker before the build
+    removed its staging directory. After the first cancel, further ones are ignored until the build
+    has cleaned up (or ``_CANCEL_SECONDS`` passed; the driver's forced cancel after its grace period
+    is the outer bound); then the KeyboardInterrupt goes on.
+    """
+    try:
+        while not finished.wait(_STEP_SECONDS):
+            pass
+    except KeyboardInterrupt:
+        with _interrupts_ignored():
+            pool.cancel()
+            finished.wait(_CANCEL_SECONDS)
+        raise
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """SIGINT ignored in the main thread (Ray's cancel is ``_thread.interrupt_main``, which does nothing then)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _error_classes(base: type[NeuroncError]) -> dict[str, type[NeuroncError]]:
@@ -168,4 +206,4 @@ def report_from_worker(spec: BuildSpec, data: Mapping[str, Any], where: str) -> 
     return BuildReport.for_spec(spec, BuildStatus(raw["status"]), exit_code=int(raw.get("exit_code") or 0), **fields)
 
 
-__all__ = ["EventLog", "error_from_json", "report_from_worker", "run_build"]
+__all__ = ["EventLog", "error_from_json", "follow_build", "report_from_worker", "run_build"]

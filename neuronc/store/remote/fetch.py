@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.bundle import MANIFEST_NAME, FileEntry, FileProblem, Manifest, VerifyReport, read_manifest_bytes
-from neuronc.bundle.fs import hash_fd
+from neuronc.bundle.fs import LOCK_SUFFIX, STAGING_PREFIX, OwnerLock, hash_fd
 from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError
 from neuronc.fsutil import NotRegularFileError, disk_full_as_error, open_regular
@@ -72,10 +72,10 @@ def materialize(store: RemoteStore, rel: str, manifest: Manifest, raw: bytes) ->
             return lambda: download_object(store.io, entry, cached_object(store, entry.sha256), hint=hint)
 
         store.io.run_all("downloading objects", [(entry.size, fetch(entry)) for entry in todo])
-        staging = store.cache.staging_dir / f"fetch-{dest.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        staging, owner = _fetch_staging(store.cache.staging_dir, dest.name)
         try:
             with disk_full_as_error(store.cache.root, len(raw)):
-                staging.mkdir(parents=True)
+                staging.mkdir()
                 for entry in manifest.files:
                     target = staging / entry.path
                     target.parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +90,22 @@ def materialize(store: RemoteStore, rel: str, manifest: Manifest, raw: bytes) ->
         except BaseException:
             store.cache.discard_path(staging)
             raise
+        finally:
+            owner.release()
     return dest
+
+
+def _fetch_staging(staging_dir: Path, name: str) -> tuple[Path, OwnerLock]:
+    """A staging path for one fetch and the lock that says its process is alive: a fetch killed midway
+    leaves a directory the next writer on this host sweeps (``sweep_work_dir``), as a build's does."""
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        path = staging_dir / f"{STAGING_PREFIX}fetch-{name}-{os.getpid()}-{secrets.token_hex(4)}"
+        owner = OwnerLock.create(path.with_name(path.name + LOCK_SUFFIX))
+        if owner is not None:
+            return path, owner
+    msg = f"cannot create a staging directory in {staging_dir}"
+    raise OSError(msg)
 
 
 def _cached(store: RemoteStore, sha256: str, size: int) -> bool:

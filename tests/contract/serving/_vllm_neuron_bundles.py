@@ -59,7 +59,7 @@ def compile_vllm_neuron(workdir: Path) -> dict[str, Path]:
             profile = folder / "profile.yaml"
             profile.write_text(
                 f"model: {{id: {json.dumps(str(model))}}}\nbackend: vllm-neuron\ntarget: trn2\nsdk: '{release}'\n"
-                "tp_degree: 4\nbatch_size: 4\noptions: {logical_nc_config: 1}\n"
+                "tp_degree: 4\nbatch_size: 4\n"
                 "sequence: {max_length: 1024, context_buckets: [256, 512], token_buckets: [512, 1024]}\n"
             )
             out.reset()
