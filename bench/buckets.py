@@ -12,8 +12,9 @@ Usage: python bench/buckets.py [--traffic FILE] [--max-graphs K] [--rounds N] [-
    every request through each: a prompt of ``prompt_tokens`` token ids (from the demo corpus),
    greedy, ``output_tokens`` new tokens (EOS ignored). Padded tokens are counted from the runner's
    own routing (``context_graph_for`` / ``token_graph_for``: bucket minus the real tokens, per prefill
-   and per decode step); wall time is the whole replay, the two bundles in turn (A B A B ...),
-   ``--rounds`` times, medians. ``--work DIR`` keeps the store and graph cache there, so a second
+   and per decode step); wall and CPU time are summed over each bundle's generate calls, the two
+   bundles taking each request in turn (the order alternating), ``--rounds`` times; the ratios
+   are the medians of the rounds' ratios. ``--work DIR`` keeps the store and graph cache there, so a second
    run replays without compiling again (each compile of the demo is minutes on a busy machine).
 4. Prints both, and the ratios suggested / default. Target (issue 31): both ratios below 1.
 """
@@ -61,24 +62,32 @@ def _compile(profile: Path, env: dict[str, str]) -> tuple[Path, float]:
     return Path(build["bundle"]), time.perf_counter() - start
 
 
-def _replay(
-    runner: Any, requests: list[tuple[int, int]], corpus: list[int]
-) -> tuple[float, dict[str, int], list[list[int]]]:
-    """Wall seconds of the whole replay, the padded and real tokens by the runner's routing, the outputs."""
-    counts = {"context_padded": 0, "context_real": 0, "token_padded": 0, "token_real": 0}
-    outputs = []
-    start = time.perf_counter()
+def _replay(runners: dict[str, Any], requests: list[tuple[int, int]], corpus: list[int]) -> dict[str, dict[str, Any]]:
+    """Every request through every runner in turn (the order alternating request by request, so a
+    machine whose speed drifts slows both alike): wall and CPU seconds of each runner's generate
+    calls, the padded and real tokens by the runner's own routing, and the outputs."""
+    result: dict[str, dict[str, Any]] = {
+        name: {"wall": 0.0, "cpu": 0.0, "context_padded": 0, "context_real": 0, "token_padded": 0, "token_real": 0,
+               "outputs": []}
+        for name in runners
+    }  # fmt: skip
+    names = list(runners)
     for index, (prompt_tokens, output_tokens) in enumerate(requests):
         offset = (index * 37) % (len(corpus) - prompt_tokens)
         ids = corpus[offset : offset + prompt_tokens]
-        result = runner.generate(ids, max_new_tokens=output_tokens, stop_at_eos=False)
-        outputs.append(result.tokens)
-        counts["context_padded"] += runner.context_graph_for(prompt_tokens).bucket - prompt_tokens
-        counts["context_real"] += prompt_tokens
-        for position in range(prompt_tokens, prompt_tokens + len(result.tokens) - 1):
-            counts["token_padded"] += runner.token_graph_for(position).bucket - (position + 1)
-            counts["token_real"] += position + 1
-    return time.perf_counter() - start, counts, outputs
+        for name in names if index % 2 == 0 else reversed(names):
+            runner, r = runners[name], result[name]
+            wall, cpu = time.perf_counter(), time.process_time()
+            generated = runner.generate(ids, max_new_tokens=output_tokens, stop_at_eos=False)
+            r["wall"] += time.perf_counter() - wall
+            r["cpu"] += time.process_time() - cpu
+            r["outputs"].append(generated.tokens)
+            r["context_padded"] += runner.context_graph_for(prompt_tokens).bucket - prompt_tokens
+            r["context_real"] += prompt_tokens
+            for position in range(prompt_tokens, prompt_tokens + len(generated.tokens) - 1):
+                r["token_padded"] += runner.token_graph_for(position).bucket - (position + 1)
+                r["token_real"] += position + 1
+    return result
 
 
 def main() -> None:
@@ -131,33 +140,29 @@ def _bench(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
     requests = [(r.prompt_tokens, r.output_tokens) for r in load_traffic(args.traffic).requests]
     runners = {name: load(bundle) for name, bundle in bundles.items()}
     corpus = runners["default"].encode(CORPUS.read_text(encoding="utf-8")[:3000])
-    walls: dict[str, list[float]] = {name: [] for name in runners}
-    counts: dict[str, dict[str, int]] = {}
-    outputs: dict[str, list[list[int]]] = {}
-    for _ in range(args.rounds):
-        for name, runner in runners.items():
-            wall, counts[name], outputs[name] = _replay(runner, requests, corpus)
-            walls[name].append(wall)
-    same = sum(a == b for a, b in zip(outputs["default"], outputs["suggested"], strict=True))
+    rounds = [_replay(runners, requests, corpus) for _ in range(args.rounds)]
+    last = rounds[-1]
+    same = sum(a == b for a, b in zip(last["default"]["outputs"], last["suggested"]["outputs"], strict=True))
     report: dict[str, Any] = {"requests": len(requests), "max_graphs": args.max_graphs, "rounds": args.rounds}
     for name in runners:
-        c = counts[name]
+        c = last[name]
         padded = c["context_padded"] + c["token_padded"]
         report[name] = {
             "context_buckets": runners[name].context_buckets,
             "token_buckets": runners[name].token_buckets,
-            **c,
+            **{k: c[k] for k in ("context_padded", "context_real", "token_padded", "token_real")},
             "padded_tokens": padded,
             "padded_share": round(padded / (padded + c["context_real"] + c["token_real"]), 4),
-            "wall_seconds_median": round(statistics.median(walls[name]), 3),
-            "wall_seconds": [round(w, 3) for w in walls[name]],
+            "wall_seconds": [round(r[name]["wall"], 3) for r in rounds],
+            "cpu_seconds": [round(r[name]["cpu"], 3) for r in rounds],
         }
     d, s = report["default"], report["suggested"]
     report["padded_tokens_ratio"] = round(s["padded_tokens"] / d["padded_tokens"], 4)
-    report["wall_ratio"] = round(s["wall_seconds_median"] / d["wall_seconds_median"], 4)
-    report["wall_ratios_by_round"] = [
-        round(b / a, 4) for a, b in zip(walls["default"], walls["suggested"], strict=True)
-    ]
+    wall_ratios = [r["suggested"]["wall"] / r["default"]["wall"] for r in rounds]
+    cpu_ratios = [r["suggested"]["cpu"] / r["default"]["cpu"] for r in rounds]
+    report["wall_ratio"] = round(statistics.median(wall_ratios), 4)
+    report["cpu_ratio"] = round(statistics.median(cpu_ratios), 4)
+    report["wall_ratios_by_round"] = [round(x, 4) for x in wall_ratios]
     report["predicted_padded_tokens"] = {
         "default": analysis["current"]["padded_tokens"],
         "suggested": analysis["suggested"]["padded_tokens"],
@@ -169,7 +174,7 @@ def _bench(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
         r = report[name]
         say(
             f"{name:>9}: padded {r['padded_tokens']} tokens ({r['padded_share']:.1%}; context {r['context_padded']}, "
-            f"token generation {r['token_padded']}), replay wall median {r['wall_seconds_median']:.2f} s {r['wall_seconds']}"
+            f"token generation {r['token_padded']}); replay wall {r['wall_seconds']} s, CPU {r['cpu_seconds']} s"
         )
     say(
         f"suggested / default: padded tokens {report['padded_tokens_ratio']:.3f}, wall {report['wall_ratio']:.3f} "
