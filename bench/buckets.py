@@ -178,7 +178,7 @@ def _bench(scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
         )
     say(
         f"suggested / default: padded tokens {report['padded_tokens_ratio']:.3f}, wall {report['wall_ratio']:.3f} "
-        f"(per round {report['wall_ratios_by_round']})"
+        f"(per round {report['wall_ratios_by_round']}), CPU {report['cpu_ratio']:.3f}"
     )
     say(
         f"runner padding equals the prediction: {report['predicted_padded_tokens'] == {n: report[n]['padded_tokens'] for n in runners}}"
