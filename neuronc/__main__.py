@@ -27,8 +27,8 @@ def main() -> None:
         signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     gc.disable()
     try:
+        from neuronc.cli import exit_interrupted
         from neuronc.cli import main as run
-        from neuronc.cli._app import exit_interrupted
     finally:
         gc.freeze()
         gc.enable()

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from neuronc.backends.base import Backend
-from neuronc.errors import NeuroncError, is_client_library_error, is_network_error, short_reason
+from neuronc.errors import NeuroncError, foreign_row, short_reason
 from neuronc.pipeline.context import UNRESOLVED, BuildContext
 from neuronc.preflight import Estimate, estimate
 from neuronc.spec import BuildSpec
@@ -185,7 +185,7 @@ def hf_cache_statuses(
         unchecked = HfCacheStatus(CacheStatus.UNKNOWN, None, reason="not checked (pass --snapshot DIR or --online)")
         return [unchecked] * len(specs)
     source_name = str(snapshot) if snapshot is not None else "hub"
-    from neuronc.hubcache import HubSource, SnapshotSource, lookup_builds
+    from neuronc.hubcache import HubSource, LookupStatus, SnapshotSource, lookup_builds
 
     try:
         source: Any = SnapshotSource(snapshot) if snapshot is not None else HubSource.from_environment()
@@ -194,14 +194,18 @@ def hf_cache_statuses(
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {exc.message}")
         return [failed] * len(specs)
     except Exception as exc:
-        if not (is_network_error(exc) or is_client_library_error(exc) or isinstance(exc, OSError)):
+        if foreign_row(exc) is None:
             raise
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {short_reason(exc)}")
         return [failed] * len(specs)
-    by_result = {"hit": CacheStatus.HIT, "miss": CacheStatus.MISS, "not-applicable": CacheStatus.NOT_APPLICABLE}
+    by_result = {
+        LookupStatus.HIT: CacheStatus.HIT,
+        LookupStatus.MISS: CacheStatus.MISS,
+        LookupStatus.NOT_APPLICABLE: CacheStatus.NOT_APPLICABLE,
+    }
     return [
         HfCacheStatus(
-            by_result.get(str(result.status), CacheStatus.UNKNOWN),
+            by_result.get(result.status, CacheStatus.UNKNOWN),
             source_name,
             hits=len(result.hits),
             nearest=len(result.nearest),
@@ -302,7 +306,7 @@ def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
                 tp_degree=spec.tp_degree,
                 batch_size=spec.batch_size,
                 runner=choose_runner(spec.target, spec.tp_degree, host_bytes=host, options=spec.options),
-                preflight=est.status,
+                preflight=str(est.status),
                 graphs=est.graphs,
             )
         )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -243,6 +244,157 @@ def is_disk_full(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _hub_error(*names: str) -> Callable[[BaseException], bool]:
+    """huggingface_hub's error classes by name (matched without importing huggingface_hub)."""
+    wanted = frozenset(names)
+    return lambda exc: any(p == "huggingface_hub" and n in wanted for p, n in _packages(exc))
+
+
+def _hub_access_refused(exc: BaseException) -> bool:
+    response = getattr(exc, "response", None)
+    return _hub_error("HfHubHTTPError")(exc) and getattr(response, "status_code", None) in (401, 403)
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """One row of the table: which foreign exceptions (a predicate), the NeuroncError class they
+    become (so their exit code) and what the user can do."""
+
+    name: str
+    matches: Callable[[BaseException], bool]
+    error: type[NeuroncError]
+    hint: str | None
+
+    def convert(
+        self,
+        exc: BaseException,
+        doing: str,
+        *,
+        error: type[NeuroncError] | None = None,
+        hint: str | None = None,
+        details: Sequence[str] = (),
+    ) -> NeuroncError:
+        """``exc`` as this row's error, ``"<doing>: <reason>"``; ``error`` narrows the class (a subclass
+        of the row's; any other class is ignored, so the exit code stays the table's), ``hint``
+        replaces the row's with one naming the site's own flag or file."""
+        cls = error if error is not None and issubclass(error, self.error) else self.error
+        message = f"{doing}: {short_reason(exc)}" if str(exc).strip() else doing  # TimeoutError() says nothing
+        return cls(message, hint=hint or self.hint, details=details)
+
+
+_HF_TOKEN_HINT = "check the repo id; a private or gated repository needs HF_TOKEN (or `hf auth login`)"
+DISK_FULL = Foreign(
+    "disk full (ENOSPC, EDQUOT)",
+    is_disk_full,
+    DiskFullError,
+    "free space there, or write somewhere else (--out, --store, NEURONC_STORE, NEURONC_CACHE_DIR)",
+)
+MISSING_LIBRARY = Foreign(
+    "an optional library is not installed",
+    lambda exc: isinstance(exc, ImportError),
+    EnvironmentIncompatibleError,
+    "install the extra that brings it (pip install 'neuronc[...]', see docs/backends.md)",
+)
+NETWORK = Foreign(
+    "a connection failed or timed out",
+    is_network_error,
+    EnvironmentIncompatibleError,
+    "check the network and the endpoint (HF_ENDPOINT, the store's URL), then run again",
+)
+
+# What the Hub answers about a repository that is not there for this user: exit 2, whoever asked.
+HUB_NOT_FOUND = Foreign(
+    "the Hub has no such repository, or it is gated",
+    _hub_error("RepositoryNotFoundError", "GatedRepoError"),
+    InvalidInputError,
+    _HF_TOKEN_HINT,
+)
+HUB_NO_REVISION = Foreign(
+    "the Hub repository has no such revision",
+    _hub_error("RevisionNotFoundError"),
+    InvalidInputError,
+    "pin a commit, tag or branch that exists",
+)
+HUB_DENIED = Foreign(
+    "the Hub refused the credentials (401, 403)", _hub_access_refused, InvalidInputError, _HF_TOKEN_HINT
+)
+HUB_REFUSED = (HUB_NOT_FOUND, HUB_NO_REVISION, HUB_DENIED)
+HUB_INVALID_ID = Foreign(
+    "not a Hugging Face repository id (huggingface_hub's validate_repo_id)",
+    _hub_error("HFValidationError"),
+    InvalidInputError,
+    "a repository id is namespace/name, e.g. aws-neuron/optimum-neuron-cache",
+)
+
+# Sigstore's clients (sigstore, tuf, id) say "unreachable" with these classes of their own.
+_SIGSTORE_UNREACHABLE_NAMES = frozenset(
+    {"TUFError", "NetworkError", "DownloadError", "SlowRetrievalError", "FetcherHTTPError"}
+)
+
+
+def _sigstore_unreachable(exc: BaseException) -> bool:
+    """A failure to reach Sigstore (TUF repository, Fulcio, Rekor, the OIDC issuer) anywhere in the chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        sigstore_classes = [n for p, n in _packages(seen) if p in {"sigstore", "tuf", "id"}]
+        if is_network_error(seen) or not _SIGSTORE_UNREACHABLE_NAMES.isdisjoint(sigstore_classes):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+SIGSTORE_UNREACHABLE = Foreign(
+    "Sigstore cannot be reached",
+    _sigstore_unreachable,
+    SigstoreUnreachableError,
+    "Sigstore keyless signing needs the network (tuf-repo-cdn.sigstore.dev, Fulcio, Rekor); "
+    "offline, sign with a key or a certificate instead",
+)
+
+# The one mapping from foreign exceptions to neuronc's (as huggingface_hub's cli/_errors.py maps its
+# own): the first row whose predicate matches decides the class and the hint. A site names what it
+# was doing (``from_foreign``) and may narrow the class to a subclass of the row's (CheckpointError
+# for an InvalidInputError row, RemoteStoreError for an EnvironmentIncompatibleError row): the exit
+# code is always the table's. tests/test_errors_table.py walks it with real instances.
+FOREIGN_ERRORS: tuple[Foreign, ...] = (
+    DISK_FULL,
+    *HUB_REFUSED,
+    HUB_INVALID_ID,
+    Foreign(
+        "offline, and the files are not in the local Hugging Face cache",
+        _hub_error("LocalEntryNotFoundError", "OfflineModeIsEnabled"),
+        InvalidInputError,
+        "download it once with network access (`hf download`), or pass a local directory",
+    ),
+    MISSING_LIBRARY,
+    NETWORK,
+    SIGSTORE_UNREACHABLE,
+    Foreign("a storage or HTTP client library failed", is_client_library_error, EnvironmentIncompatibleError, None),
+    Foreign("an operating-system error", lambda exc: isinstance(exc, OSError), EnvironmentIncompatibleError, None),
+)
+
+
+def foreign_row(exc: BaseException) -> Foreign | None:
+    """The row of ``FOREIGN_ERRORS`` that ``exc`` matches first; None for an exception neuronc does
+    not expect from its environment (a bug: it propagates)."""
+    return next((row for row in FOREIGN_ERRORS if row.matches(exc)), None)
+
+
+def from_foreign(
+    exc: BaseException,
+    doing: str,
+    *,
+    error: type[NeuroncError] | None = None,
+    hint: str | None = None,
+    details: Sequence[str] = (),
+) -> NeuroncError | None:
+    """The NeuroncError the table maps ``exc`` to (``Foreign.convert``); None when no row matches.
+    A handler of one kind of exception (ImportError) converts through its row: ``MISSING_LIBRARY.convert``.
+    """
+    row = foreign_row(exc)
+    return None if row is None else row.convert(exc, doing, error=error, hint=hint, details=details)
 
 
 def short_reason(exc: BaseException, limit: int = 200) -> str:

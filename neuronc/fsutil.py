@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuronc.errors import (
+    DISK_FULL,
     DiskFullError,
     EnvironmentIncompatibleError,
     InvalidInputError,
     NeuroncError,
-    is_disk_full,
+    foreign_row,
     safe_text,
 )
 
@@ -135,7 +136,7 @@ def atomic_write_bytes(
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and is_disk_full(exc):
+        if isinstance(exc, OSError) and foreign_row(exc) is DISK_FULL:
             raise disk_full_error(target, len(data), exc) from None
         raise
     if fsync:
@@ -153,7 +154,7 @@ def _write_through(target: Path, data: bytes, mode: int) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        if is_disk_full(exc):
+        if foreign_row(exc) is DISK_FULL:
             raise disk_full_error(target, len(data), exc) from None
         raise
 
@@ -184,7 +185,7 @@ def output_error(path: str | os.PathLike[str], exc: OSError, *, what: str) -> Ne
     system) is InvalidInputError (exit 2); a full disk or device is DiskFullError (exit 5); any other
     OSError (EIO) is EnvironmentIncompatibleError (exit 5).
     """
-    if is_disk_full(exc):
+    if foreign_row(exc) is DISK_FULL:
         return disk_full_error(path, None, exc)
     shown, reason = safe_text(os.fspath(path), 1000), exc.strerror or str(exc)
     culprit = os.fspath(exc.filename) if exc.filename is not None else None
@@ -259,9 +260,8 @@ def disk_full_error(
     need = f"needs {format_bytes(needed)}" if needed else "needs more space"
     have = f", {format_bytes(free)} free" if free is not None else ""
     msg = f"{os.fspath(path)}: no space left on device ({need}{have})"
-    hint = "free space there, or write somewhere else (--out, --store, NEURONC_STORE, NEURONC_CACHE_DIR)"
     details = [str(exc)] if exc is not None and str(exc) else []
-    return DiskFullError(msg, hint=hint, details=details)
+    return DiskFullError(msg, hint=DISK_FULL.hint, details=details)
 
 
 def check_free_space(path: str | os.PathLike[str], needed: int, *, what: str) -> None:
@@ -281,7 +281,7 @@ def disk_full_as_error(path: str | os.PathLike[str], needed: int | None = None) 
     try:
         yield
     except OSError as exc:
-        if not is_disk_full(exc):
+        if foreign_row(exc) is not DISK_FULL:
             raise
         raise disk_full_error(path, needed, exc) from exc
 

@@ -65,6 +65,7 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.setenv("HF_HOME", str(home / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", str(home / "neuron-compile-cache"))
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "200")
     for var in ("NEURON_CC_FLAGS", "NEURONC_DEBUG", "CUSTOM_CACHE_REPO", "HF_ENDPOINT", "HF_TOKEN"):

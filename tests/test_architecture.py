@@ -1,7 +1,8 @@
-"""The shape docs/architecture.md describes, checked: no import cycles (between modules at import
-time, and between packages counting every import, those inside functions too), packages in their
-layers, small modules, and no backend named outside neuronc/backends (the core asks a Backend; it
-never compares names)."""
+"""The shape docs/architecture.md describes, checked: no import cycles (between modules, counting
+imports inside functions; between packages and sub-packages, counting every import), packages in
+their layers, small modules, private names kept in their package, foreign exceptions mapped through
+the one table in errors.py, and no backend named outside neuronc/backends (the core asks a Backend;
+it never compares names)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def top_level_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"spec", "errors", "fsutil", "jsonfile", "resources", "locations", "progress", "_lazy", "hardware"}),
     frozenset({"neuronc", "hfcompat"}),  # the package root (its version) and transformers config compatibility
-    frozenset({"model"}),
+    frozenset({"model", "compile_cache"}),
     frozenset({"keys"}),
     frozenset({"checkpoint"}),
     frozenset({"bundle"}),
@@ -74,7 +75,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo", "buckets"}),
-    frozenset({"ci"}),
+    frozenset({"ci", "verdict"}),  # verdict: the pre-boot verdict, over deploy's serving values
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
@@ -87,12 +88,26 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "neuronc"
 
 
-def all_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """neuronc modules ``name`` imports anywhere: module body, functions, TYPE_CHECKING blocks."""
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports for annotations only)."""
+    return {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+
+
+def all_imports(name: str, path: Path, known: dict[str, Path], *, type_checking: bool = True) -> set[str]:
+    """neuronc modules ``name`` imports anywhere: module body, functions, and (unless
+    ``type_checking`` is False) TYPE_CHECKING blocks."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skipped = set() if type_checking else type_checking_nodes(tree)
     targets: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -210,4 +225,158 @@ def test_the_core_names_no_backend() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in BACKEND_NAMES and id(node) not in docstrings:
                 found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert found == []
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of ``graph``: its strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_cycles_counting_imports_inside_functions() -> None:
+    """Every pair of modules, in any package: an import inside a function (made lazily, for start-up
+    time) is still a dependency, and two modules that need each other are one module in two files.
+    Imports under TYPE_CHECKING (annotations only) do not count."""
+    known = modules()
+    graph = {name: all_imports(name, path, known, type_checking=False) for name, path in known.items()}
+    assert strongly_connected(graph) == []
+
+
+def package_of(module: str) -> str:
+    """The package a module is in (a package's ``__init__`` is in the package itself)."""
+    return module if (PACKAGE.parent / module.replace(".", "/") / "__init__.py").exists() else module.rpartition(".")[0]
+
+
+def test_no_cycles_between_sub_packages() -> None:
+    """Packages below the top level (store and a store.remote, pipeline and pipeline.farm) do not need
+    each other either, counting every import."""
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        for target in all_imports(name, path, known, type_checking=False):
+            a, b = package_of(name), package_of(target)
+            if a != b and "neuronc" not in (a, b):  # the root holds the leaf modules every package uses
+                graph.setdefault(a, set()).add(b)
+    assert strongly_connected(graph) == []
+
+
+def test_private_names_stay_in_their_package() -> None:
+    """``neuronc.x._y`` is imported only inside ``neuronc.x``; a module's ``_name`` only by that module."""
+    known = modules()
+    found = []
+    for name, path in known.items():
+        package = package_of(name)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("neuronc"):
+                continue
+            module = node.module or ""
+            targets = [module] + [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known]
+            private_names = [
+                a.name
+                for a in node.names
+                if a.name.startswith("_") and not a.name.startswith("__") and f"{module}.{a.name}" not in known
+            ]
+            for target in targets:
+                parts = target.split(".")
+                for i, part in enumerate(parts):
+                    owner = ".".join(parts[:i])
+                    if part.startswith("_") and not part.startswith("__"):
+                        if not (package == owner or package.startswith(owner + ".")):
+                            found.append(f"{name} imports {target}")
+                        break
+            if private_names and module != name:
+                found.append(f"{name} imports {private_names} from {module}")
+    assert found == []
+
+
+# Exception types that say the environment failed (a library missing, the network, a client library's
+# own errors): a NeuroncError made from one takes its class and hint from errors.FOREIGN_ERRORS.
+ENVIRONMENT_EXCEPTIONS = {"Exception", "BaseException", "ImportError", "ModuleNotFoundError", "ConnectionError"}
+ENVIRONMENT_EXCEPTIONS |= {"TimeoutError"}
+# Handlers that decide something else than what failed in the environment, with why.
+DECIDED_ELSEWHERE = {
+    # whatever a backend's compile raises is that build's compile failure (exit 3)
+    ("pipeline/stages.py", "CompileError"),
+    # an unreachable Hub (the table's NETWORK row says so) with no local copy is a miss (exit 6)
+    ("hubcache/hub.py", "CacheMissError"),
+    # ray.init says "cannot connect" with RuntimeError and ValueError as well as ConnectionError
+    ("pipeline/farm/cluster.py", "EnvironmentIncompatibleError"),
+}
+TABLE_PREDICATES = {"is_disk_full", "is_network_error", "is_client_library_error"}
+
+
+def test_foreign_exceptions_map_through_the_one_table() -> None:
+    """Outside errors.py no handler of an environment exception (or of a client library's: botocore,
+    huggingface_hub, fsspec...) builds a NeuroncError itself, and nothing asks the table's predicates
+    directly: sites call ``from_foreign`` / ``Foreign.convert`` or compare ``foreign_row``. Parse
+    errors of a file neuronc reads (YAML, pydantic, safetensors) stay at their site, which knows the
+    file, line and field."""
+    import neuronc.errors as errors
+    from neuronc.errors import CLIENT_LIBRARY_PACKAGES
+
+    neuronc_errors = {n for n, c in vars(errors).items() if isinstance(c, type) and issubclass(c, errors.NeuroncError)}
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel == "errors.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        client_names = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in CLIENT_LIBRARY_PACKAGES
+            for alias in node.names
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in TABLE_PREDICATES:
+                found.append(f"{rel}:{node.lineno}: {node.id}")
+            if not isinstance(node, ast.ExceptHandler) or node.type is None:
+                continue
+            caught = {
+                n.id if isinstance(n, ast.Name) else n.attr
+                for n in ast.walk(node.type)
+                if isinstance(n, ast.Name | ast.Attribute)
+            }
+            if not caught & (ENVIRONMENT_EXCEPTIONS | client_names):
+                continue
+            made = [
+                call
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in neuronc_errors
+            ]
+            found += [
+                f"{rel}:{call.lineno}: except {sorted(caught)} -> {call.func.id}(...)"
+                for call in made
+                if isinstance(call.func, ast.Name) and (rel, call.func.id) not in DECIDED_ELSEWHERE
+            ]
     assert found == []

@@ -130,9 +130,12 @@ def test_the_default_release_is_the_newest_with_a_documented_compile_route_and_a
 
 
 def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_image(
-    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_runtime.add_release_images()
+    # A variable of this environment that changes what is compiled: passed in, recorded, replayed at serve.
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer")
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "0-3")  # placement: the serving host's own, never recorded
     profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.32'")
     code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
     assert code == 0, (report, err)
@@ -167,6 +170,18 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     assert run["env"]["VLLM_CACHE_ROOT"] == "/neuronc/vllm-cache"
     assert "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS" in run["env"]  # the 0.24 name, not VLLM_NEURON_*
     assert [m[1:] for m in run["mounts"]] == [["/neuronc", False], ["/bundle/artifacts/checkpoint", True]]
+    # Shared memory for tensor-parallel work (vLLM's Docker docs), sized to tp 2: the 2 GiB floor.
+    assert run["run"][run["run"].index("--shm-size") + 1] == "2g"
+    # Every part of the plugin's key, pinned: the route as compiled (set explicitly), the KV block count
+    # the engine sized (passed back as --num-gpu-blocks-override), the compile's NEURON_* variables.
+    assert run["env"]["VLLM_NEURON_BACKEND"] == info["route"] == "vllm_neuron"
+    assert run["env"]["NEURON_CC_FLAGS"] == "--model-type=transformer"
+    assert info["compile_env"] == {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    blocks = info["num_gpu_blocks"]
+    assert isinstance(blocks, int) and blocks > 0
+    assert info["engine_kwargs"]["num_gpu_blocks_override"] == blocks
+    args = info["engine_args"]
+    assert args[args.index("--num-gpu-blocks-override") + 1] == str(blocks)
     # A second compile is a store hit: nothing runs.
     code, report, _ = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
     assert code == 0 and report["builds"][0]["status"] == "hit" and len(fake_runtime.runs()) == 1

@@ -19,7 +19,7 @@ from plugins import pipeline_backend
 from neuronc.bundle import read_manifest, verify_bundle
 from neuronc.errors import BackendUnavailableError, CompileError, InvalidInputError, ProfileError
 from neuronc.pipeline import BuildReport, compile_profiles, failed_logs_root, overall_exit_code
-from neuronc.store import Store
+from neuronc.store import LocalStore
 
 TESTS = Path(__file__).resolve().parent
 
@@ -135,7 +135,7 @@ def test_toolchain_change_is_a_miss_that_says_so(ws: Path, monkeypatch: pytest.M
     assert report.status == "built" and report.nearest is not None
     assert report.nearest.differences == []
     assert report.nearest.toolchain_differences == {"fake-cc": {"a": "1.2.3", "b": "9.9.9"}}
-    assert len(Store(ws / "store").list()) == 2
+    assert len(LocalStore(ws / "store").list()) == 2
 
 
 # -- failures -------------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_require_hit_miss_is_exit_6_and_compiles_nothing(ws: Path) -> None:
     assert (report.status, report.exit_code) == ("failed", 6)
     assert report.error is not None and report.error.kind == "cache_miss"
     assert compiles(ws) == 0
-    assert Store(ws / "store").list() == []
+    assert LocalStore(ws / "store").list() == []
 
 
 def test_unavailable_backend_is_exit_5_before_any_work(ws: Path) -> None:
@@ -168,7 +168,7 @@ def test_unavailable_backend_is_exit_5_before_any_work(ws: Path) -> None:
     assert info.value.exit_code == 5
     assert "missing" in info.value.message and "neuronc-test-sdk-that-does-not-exist" in " ".join(info.value.details)
     assert info.value.hint and "pip install" in info.value.hint
-    assert compiles(ws) == 0 and Store(ws / "store").list() == []
+    assert compiles(ws) == 0 and LocalStore(ws / "store").list() == []
 
 
 def test_only_checks_just_the_backends_of_the_builds_it_selects(ws: Path) -> None:
@@ -228,7 +228,7 @@ def test_compile_failure_is_exit_3_with_the_log_tail_and_other_builds_continue(w
     named = [word for text in [error.message, error.hint, *error.details] for word in text.split() if "/" in word]
     assert named and all(Path(word.rstrip(":;,")).exists() for word in named)
     assert staging_leftovers(ws / "store") == []
-    assert [e.path for e in Store(ws / "store").list()] == [Path(reports[1].bundle or "")]
+    assert [e.path for e in LocalStore(ws / "store").list()] == [Path(reports[1].bundle or "")]
 
 
 def test_compiler_crash_is_a_compile_failure(ws: Path) -> None:
@@ -255,7 +255,7 @@ def test_interrupt_removes_staging_and_propagates(ws: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         run(ws, write_profile(ws / "p.yaml", options={"interrupt": True}))
     assert staging_leftovers(ws / "store") == []
-    assert Store(ws / "store").list() == []
+    assert LocalStore(ws / "store").list() == []
 
 
 def test_exit_code_is_the_most_severe() -> None:

@@ -152,9 +152,9 @@ def test_compile_only_revision_builds_the_matrix_key_after_main_moved(
     assert (report["build_index"], report["status"], report["config_hash"]) == (1, "built", entry["config_hash"])
     manifest = read_manifest(Path(report["bundle"]))
     assert manifest.hashed_inputs["model.identity"] == {"hub_id": "acme/tiny", "revision": COMMIT}
-    from neuronc.store import Store
+    from neuronc.store import LocalStore
 
-    assert [e.manifest.config_hash for e in Store(store).list()] == [entry["config_hash"]]
+    assert [e.manifest.config_hash for e in LocalStore(store).list()] == [entry["config_hash"]]
     again = json.loads(_invoke(runner, [*args, "--json"]).stdout)["builds"]
     assert [(r["status"], r["config_hash"]) for r in again] == [("hit", entry["config_hash"])]
 
@@ -225,7 +225,7 @@ def test_a_build_selected_elsewhere_is_built_at_its_commit_or_fails_with_exit_5(
     from neuronc.pipeline import build_one, resolve_build
     from neuronc.pipeline.identity import BuildIdentity
     from neuronc.profile import load_builds
-    from neuronc.store import Store
+    from neuronc.store import LocalStore
 
     spec = load_builds([hub_profile])[0]
     identity = BuildIdentity.from_json(BuildIdentity.of(resolve_build(spec)).to_json())  # as a task gets it
@@ -245,8 +245,8 @@ def test_a_build_selected_elsewhere_is_built_at_its_commit_or_fails_with_exit_5(
     assert report.error is not None and report.error.message.endswith(": compiler_flags differ")
     assert report.error.details == ['compiler_flags: selected [], here ["-O3"]']
     monkeypatch.delenv("NEURON_CC_FLAGS")
-    assert Store(store).list() == []
+    assert LocalStore(store).list() == []
 
     report = build_one(spec, store=store, identity=identity)  # at the selected commit, not main's
     assert (report.status, report.config_hash) == ("built", identity.config_hash)
-    assert [e.manifest.hashed_inputs["model.identity"]["revision"] for e in Store(store).list()] == [COMMIT]
+    assert [e.manifest.hashed_inputs["model.identity"]["revision"] for e in LocalStore(store).list()] == [COMMIT]

@@ -15,12 +15,12 @@ from pathlib import Path
 from plugins.fake_backend import build_bundle
 
 from neuronc.bundle import read_manifest, verify_bundle
-from neuronc.store import Store
+from neuronc.store import LocalStore
 
 KILLS = 40
 
 
-def _fork_build(store: Store) -> int:
+def _fork_build(store: LocalStore) -> int:
     pid = os.fork()
     if pid == 0:  # child: build and publish, then leave without running pytest's teardown
         code = 1
@@ -32,7 +32,7 @@ def _fork_build(store: Store) -> int:
     return pid
 
 
-def _assert_only_complete_bundles(store: Store) -> int:
+def _assert_only_complete_bundles(store: LocalStore) -> int:
     count = 0
     for path in store._bundle_dirs():
         manifest = read_manifest(path)  # raises if a directory at bundle depth is not a bundle
@@ -43,7 +43,7 @@ def _assert_only_complete_bundles(store: Store) -> int:
 
 
 def test_sigkill_at_any_instant_leaves_no_or_a_complete_bundle(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     seed = int(os.environ.get("NEURONC_CRASH_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     # How long an uninterrupted build takes: the median of three after a warm-up build (a first

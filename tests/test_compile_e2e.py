@@ -17,7 +17,7 @@ from _demo import Demo
 
 from neuronc.bundle import read_manifest, verify_bundle
 from neuronc.pipeline import compile_profiles
-from neuronc.store import Store
+from neuronc.store import LocalStore
 
 PROMPT = "The quick brown fox"
 
@@ -95,7 +95,7 @@ def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache:
     assert report.nearest is not None
     assert [d["field"] for d in report.nearest.differences] == ["sequence.context_buckets"]
     assert verify_bundle(Path(report.bundle or "")).ok
-    assert len(Store(demo.store).list()) == 2
+    assert len(LocalStore(demo.store).list()) == 2
 
 
 @pytest.mark.slow  # a real compile, or torch and transformers loaded in a fresh process

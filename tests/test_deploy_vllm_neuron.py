@@ -25,7 +25,7 @@ from test_deploy import _env, _exec_argv, _files
 
 from neuronc.backends.support import Image, Release, Serves, find_release, image_pins, releases
 from neuronc.backends.vllm_neuron.engine import CACHE_DIR, CHECKPOINT_DIR, engine_cli, engine_kwargs, logical_nc
-from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV
+from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV, default_route
 from neuronc.bundle import BuildRecord, BundleWriter, Graph, read_manifest
 from neuronc.deploy import DeployOptions, render
 from neuronc.deploy.vllm_neuron import CONTAINER_CACHE, seed_script
@@ -52,6 +52,8 @@ def _vllm_neuron_bundle(
     lnc: int | None = None,
     toolchain: dict[str, str] | None = None,
     kv: dict[str, str] | None = None,
+    blocks: int = 4096,
+    compile_env: dict[str, str] | None = None,
     **record: Any,
 ) -> Path:
     """A vllm-neuron bundle as ``run_compile`` leaves it, compiled in ``release``'s image or on a host."""
@@ -70,7 +72,8 @@ def _vllm_neuron_bundle(
     )
     image = _image(release)
     packages = dict(image.packages) if image else {n: v[0] for n, v in release.packages.items()}
-    kwargs = engine_kwargs(spec, f"/bundle/{CHECKPOINT_DIR}")
+    # As run_compile records it: the KV block count the compile sized, pinned for the server.
+    kwargs = {**engine_kwargs(spec, f"/bundle/{CHECKPOINT_DIR}"), "num_gpu_blocks_override": blocks}
     runner: dict[str, Any] = {"kind": "host", "release": release.version, "plugin": packages["vllm-neuron"]}
     if in_image and image is not None:
         runner = {**runner, "kind": "docker", "image": image.reference, "runtime": "docker"}
@@ -89,6 +92,9 @@ def _vllm_neuron_bundle(
         "engine_kwargs": {**kwargs, "model": CHECKPOINT_DIR, "tokenizer": CHECKPOINT_DIR},
         "engine_args": engine_cli(kwargs),
         "kv_sizing_env": kv or {},
+        "route": default_route(packages["vllm-neuron"]),
+        "num_gpu_blocks": blocks,
+        "compile_env": {**(kv or {}), **(compile_env or {})},
         "versions_in_runner": packages,
         **record,
     }
@@ -166,14 +172,26 @@ def test_each_release_serves_from_a_writable_cache_with_a_miss_fatal(
     image = _image(release)
     assert image is not None
     kv = {KV_SIZING_ENV[0]: "0.25"}
-    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=in_image, kv=kv)
+    recorded = {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=in_image, kv=kv, compile_env=recorded)
     rendered = render(bundle, "vllm", DeployOptions(instance_type="trn2.48xlarge", replicas=2))
     # The image the compile ran in, by digest; else the release's image from the support matrix.
     assert rendered.image == (f"{image.repository}@{DIGEST}" if in_image else image.reference)
     files = _files(rendered)
     env = _env(files["vllm.env"].replace("'", ""))
-    assert env == {"VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1", "NEURON_LOGICAL_NC_CONFIG": "2", **kv}
+    plugin = str(image.plugin)
+    switch = "VLLM_NEURON_" if plugin.startswith("0.21.") else "NEURON_LIBTORCH_"
+    # Both no-compile switches, the route and LNC as compiled, and the compile's recorded variables.
+    assert env == {
+        "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
+        f"{switch}DISABLE_GRAPH_CAPTURE_BACKEND": "1",
+        "VLLM_NEURON_BACKEND": "neuron_native" if plugin.startswith("0.29.") else "vllm_neuron",
+        "NEURON_LOGICAL_NC_CONFIG": "2",
+        **kv,
+        **recorded,
+    }
     args = read_manifest(bundle).extra["vllm_neuron"]["engine_args"]
+    assert args[args.index("--num-gpu-blocks-override") + 1] == "4096"  # the block count the compile sized
     for index in (0, 1):
         service = _service(files, f"vllm-{index}")
         assert service["image"] == rendered.image
@@ -223,6 +241,20 @@ def test_a_host_compile_with_other_versions_than_the_releases_image_is_refused(t
     assert "neuronx-cc 2.27.9999.0" in str(caught.value) and "--image" in str(caught.value.hint)
 
 
+def test_a_host_compile_with_another_lite_build_than_the_images_is_refused(tmp_path: Path) -> None:
+    # 2.32.0's SDK ships lite 2.11 and 2.12 builds; its image pins the 2.11 one (compilation_cache.md:
+    # the lite version is part of every key).
+    release = find_release("2.32.0")
+    image = _image(release) if release is not None else None
+    assert release is not None and image is not None
+    other = next(v for v in release.packages["libtorch-neuronx-lite"] if v != image.packages["libtorch-neuronx-lite"])
+    toolchain = {**image.packages, "libtorch-neuronx-lite": other}
+    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False, toolchain=toolchain)
+    with pytest.raises(InvalidInputError, match="every compiled graph would miss the plugin's cache") as caught:
+        render(bundle, "vllm")
+    assert f"libtorch-neuronx-lite {other}" in str(caught.value)
+
+
 def test_trn3_runs_at_lnc_2_on_the_devices_its_tp_needs(tmp_path: Path) -> None:
     release = find_release("2.33.0")
     assert release is not None
@@ -240,7 +272,8 @@ def test_trn3_runs_at_lnc_2_on_the_devices_its_tp_needs(tmp_path: Path) -> None:
 def test_serve_sh_copies_the_read_only_cache_into_a_writable_root_and_starts_vllm(tmp_path: Path) -> None:
     release = find_release("2.31.1")
     assert release is not None
-    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False, kv={KV_SIZING_ENV[1]: "2"})
+    recorded = {"NEURON_CC_FLAGS": "--model-type=transformer -O1"}  # a space: one value through vllm.env
+    bundle = _vllm_neuron_bundle(tmp_path, release, in_image=False, kv={KV_SIZING_ENV[1]: "2"}, compile_env=recorded)
     where = tmp_path / "served $HOME bundle"
     out = tmp_path / "deploy"
     from neuronc.deploy import write
@@ -262,8 +295,11 @@ def test_serve_sh_copies_the_read_only_cache_into_a_writable_root_and_starts_vll
     assert root.parent == tmp_path and root.name.startswith("neuronc-vllm-cache.")
     assert seen["env"] == {
         "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
+        "VLLM_NEURON_DISABLE_GRAPH_CAPTURE_BACKEND": "1",  # the 0.21 line's name (SDK 2.31.1)
+        "VLLM_NEURON_BACKEND": "vllm_neuron",
         "NEURON_LOGICAL_NC_CONFIG": "2",
         KV_SIZING_ENV[1]: "2",
+        **recorded,
     }
     assert seen["tree"] == sorted(
         f"neuron/compile_cache/{k}/{name}"
@@ -272,6 +308,7 @@ def test_serve_sh_copies_the_read_only_cache_into_a_writable_root_and_starts_vll
     )
     assert seen["argv"][:2] == ["serve", f"{where}/artifacts/checkpoint"]
     assert seen["argv"][-2:] == ["--port", "8080"]
+    assert seen["argv"][seen["argv"].index("--num-gpu-blocks-override") + 1] == "4096"
     # A root given by the user is seeded instead of a temporary one.
     mine = tmp_path / "my-cache"
     proc = subprocess.run(

@@ -15,7 +15,7 @@ from neuronc.cli import app
 from neuronc.hardware import choose_runner
 from neuronc.keys import spec_model_dir
 from neuronc.profile import load_profile
-from neuronc.store import Store
+from neuronc.store import LocalStore
 
 
 def _invoke(runner: CliRunner, args: list[str]) -> Any:
@@ -174,4 +174,4 @@ def test_compile_only_key_from_the_matrix_builds_exactly_that_bundle(
     records = data["builds"]
     assert [(r["config_hash"], r["status"]) for r in records] == [(chosen["config_hash"], "built")]
     assert data["exit_code"] == 0
-    assert [e.manifest.config_hash for e in Store(store).list()] == [chosen["config_hash"]]
+    assert [e.manifest.config_hash for e in LocalStore(store).list()] == [chosen["config_hash"]]

@@ -20,7 +20,7 @@ from neuronc.cli import app
 from neuronc.errors import PreflightError
 from neuronc.preflight import GIB, Estimate, model_dims
 from neuronc.profile import load_profile
-from neuronc.store import Store
+from neuronc.store import LocalStore
 
 LLAMA_3_1_8B: dict[str, Any] = {
     "model_type": "llama",
@@ -378,7 +378,7 @@ def test_plan_reports_store_hits_and_other_toolchains(
         "sequence: {max_length: 256, max_context_length: 128, context_buckets: [64, 128], token_buckets: [128, 256]}\n"
     )
     spec = load_profile(profile).builds[0]
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     bundle = build_bundle(store=store, spec=spec)
     result = _invoke(runner, ["plan", str(profile), "--store", str(store.root), "--json"])
     assert result.exit_code == 0, result.output

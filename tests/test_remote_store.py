@@ -24,8 +24,8 @@ from neuronc.errors import InvalidInputError, RemoteStoreError, VerificationErro
 from neuronc.keys import toolchain_key
 from neuronc.store import (
     OBJECTS_DIR,
+    LocalStore,
     RemoteStore,
-    Store,
     object_rel,
     open_store,
     parse_store_url,
@@ -72,8 +72,8 @@ def test_parse_store_url_rejects(url: str) -> None:
 
 
 def test_open_store_picks_local_or_remote(tmp_path: Path) -> None:
-    assert isinstance(open_store(tmp_path / "s"), Store)
-    assert isinstance(open_store(None), Store)
+    assert isinstance(open_store(tmp_path / "s"), LocalStore)
+    assert isinstance(open_store(None), LocalStore)
     remote = open_store("hf://acme/bundles", cache_dir=tmp_path / "cache")
     assert isinstance(remote, RemoteStore)
     assert remote.location == "hf://acme/bundles"
@@ -85,7 +85,7 @@ def test_hf_layout_matches_local_store(tmp_path: Path) -> None:
     """hf:// uses the local store's bundle paths; objects and manifests are repo paths under the prefix."""
     bundle = build_bundle(tmp_path / "b")
     manifest = read_manifest(bundle)
-    local = Store(tmp_path / "local")
+    local = LocalStore(tmp_path / "local")
     expected = local.path_for(manifest).relative_to(local.root)
     assert expected.parts[1] == manifest.toolchain_label  # the label the build recorded
     remote = RemoteStore("hf://datasets/acme/bundles@main/neuronc", cache_dir=tmp_path / "cache")

@@ -47,6 +47,8 @@ def _imported_modules(args: list[str], env: dict[str, str] | None = None) -> set
         ["validate", "profiles/minilm-encoder-torch-neuronx.yaml", "--json"],
         ["backends", "--json"],
         ["schema"],
+        ["cache", "status", "--cache-dir", "tests/fixtures", "--json"],
+        ["cache", "cleanup", "--cache-dir", "tests/fixtures", "--dry-run"],
     ],
     ids=lambda a: " ".join(a),
 )
@@ -66,6 +68,7 @@ SNAPSHOT = ROOT / "tests" / "fixtures" / "hf-neuron-cache" / "snapshot"
         ["cache-lookup", "example-org/tiny-llama", "--snapshot", str(SNAPSHOT), "--json"],
         ["cache-lookup", "example-org/tiny-llama", "--snapshot", str(SNAPSHOT), "--compiler-version", "2.21"],
         ["store", "list", "--help"],
+        ["cache", "status", "--cache-dir", "tests/fixtures", "--json"],
     ],
     ids=lambda a: " ".join(a[:2]),
 )

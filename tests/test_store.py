@@ -13,7 +13,7 @@ from plugins.fake_backend import FakeBackend, build_bundle, make_spec, spec_key
 from neuronc.bundle import BuildRecord
 from neuronc.errors import InvalidInputError
 from neuronc.keys import toolchain_key, toolchain_label
-from neuronc.store import Store, default_store_path, model_slug, open_store
+from neuronc.store import LocalStore, default_store_path, model_slug, open_store
 
 
 def test_default_store_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_default_store_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 
 
 def test_publish_lookup_layout(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     spec = make_spec(options={"artifact_bytes": 4096})
     key = spec_key(spec)
     versions = FakeBackend().toolchain_versions()
@@ -49,7 +49,7 @@ def test_publish_lookup_layout(tmp_path: Path) -> None:
 
 
 def test_rm_and_gc(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     path = build_bundle(store=store)
     # An incomplete directory at bundle depth and a staging leftover with no live owner.
     junk = path.parent / "deadbeefdeadbeef"
@@ -82,7 +82,7 @@ def read_tk(path: Path) -> str:
 
 
 def test_nearest_names_differing_fields(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     build_bundle(store=store, spec=make_spec(batch_size=1))
     wanted = spec_key(make_spec(batch_size=4))
     near = store.nearest(wanted.inputs)
@@ -91,7 +91,7 @@ def test_nearest_names_differing_fields(tmp_path: Path) -> None:
 
 
 def test_store_writer_checks_keys_and_publishes_nothing_on_mismatch(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     spec = make_spec()
     with store.writer("ab" * 32, toolchain_key({})) as w:
         w.write_bytes("artifacts/a", b"a")
@@ -106,7 +106,7 @@ def test_lock_waits_reports_holder_and_times_out(tmp_path: Path) -> None:
     import signal
     import time
 
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     key, tk = "1" * 64, "2" * 64
     pid = os.fork()
     if pid == 0:
@@ -136,7 +136,7 @@ def test_lock_waits_reports_holder_and_times_out(tmp_path: Path) -> None:
 def test_gc_keeps_bundles_from_a_newer_neuronc(tmp_path: Path) -> None:
     import json
 
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     path = build_bundle(store=store)
     data = json.loads((path / "manifest.json").read_text())
     data["schema_version"] = "2.0"
@@ -146,7 +146,7 @@ def test_gc_keeps_bundles_from_a_newer_neuronc(tmp_path: Path) -> None:
 
 
 def test_find_by_hash_toolchain_and_path(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     a = build_bundle(store=store, spec=make_spec(batch_size=1))
     b = build_bundle(store=store, spec=make_spec(batch_size=2))
     ha, hb = read_hash(a), read_hash(b)
@@ -162,7 +162,7 @@ def test_find_by_hash_toolchain_and_path(tmp_path: Path) -> None:
 def test_publish_copies_a_bundle_byte_for_byte(tmp_path: Path) -> None:
     from neuronc.errors import VerificationError
 
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     source = build_bundle(tmp_path / "out")
     published = store.publish(source)
     stored = published.path
@@ -189,7 +189,7 @@ def test_store_verify_and_repair_a_damaged_local_bundle(tmp_path: Path, runner: 
     from neuronc._output import out
     from neuronc.cli import app
 
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     source = build_bundle(tmp_path / "source")
     stored = store.publish(source).path
     key = read_hash(stored)[:10]

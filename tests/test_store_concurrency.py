@@ -12,7 +12,7 @@ from plugins.fake_backend import TESTS_DIR, FakeBackend, make_spec, spec_key
 
 from neuronc.bundle import verify_bundle
 from neuronc.keys import toolchain_key
-from neuronc.store import Store
+from neuronc.store import LocalStore
 
 PROCESSES = 8
 CHILD = """
@@ -20,10 +20,10 @@ import os, sys, time
 from pathlib import Path
 from plugins.fake_backend import build_bundle, make_spec, spec_key
 from neuronc.keys import toolchain_key
-from neuronc.store import Store
+from neuronc.store import LocalStore
 from plugins.fake_backend import FakeBackend
 
-store, builds, start_at = Store(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+store, builds, start_at = LocalStore(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 spec = make_spec()
 key, tk = spec_key(spec).hash, toolchain_key(FakeBackend().toolchain_versions())
 
@@ -39,7 +39,7 @@ print(path, built)
 
 
 def test_eight_processes_build_once_and_share(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = LocalStore(tmp_path / "store")
     builds = tmp_path / "builds.log"
     env = {**os.environ, "PYTHONPATH": TESTS_DIR}
     start_at = time.time() + 1.5  # let every interpreter start before the race

@@ -66,3 +66,16 @@ def test_the_image_facts_are_the_recorded_ones() -> None:
 def test_the_bucket_rules_name_the_recorded_keys() -> None:
     assert set(facts.BUCKET_KEYS) == set(FACTS["engine"]["neuron_config_rules"])
     assert str(facts.DECODE_BUCKET_MULTIPLE) in FACTS["engine"]["neuron_config_rules"]["decode_context_length_buckets"]
+
+
+def test_the_key_pinning_facts_are_the_recorded_ones() -> None:
+    env: dict[str, Any] = FACTS["env"]
+    assert env["route"] == facts.ROUTE_ENV
+    for line, routes in env["routes"].items():
+        assert facts.default_route(f"{line}.0.1.0.0") == routes["default"]
+    assert facts.default_route("0.24.0.1.1.0") == env["routes"]["0.21"]["default"]
+    assert list(facts.RECORDED_ENV_PREFIXES) == env["recorded_prefixes"]
+    assert [p + "*" if p == "nfs" else p for p in facts.REMOTE_FS_PREFIXES] == env["remote_filesystems"]["remote_if"]
+    blocks = FACTS["engine"]["kv_blocks"]
+    assert blocks["override"] == facts.BLOCKS_OVERRIDE and blocks["cli"] == "--num-gpu-blocks-override"
+    assert env["no_compile_in_production"][0] == facts.FAIL_ON_MISS_ENV

@@ -12,6 +12,7 @@ import importlib.util
 import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -26,10 +27,20 @@ if TYPE_CHECKING:
     from neuronc.backends.support import Resolution
     from neuronc.spec import BuildSpec, ServingStack, WeightsMode
 
-ROLE_CONTEXT = "context_encoding"
-ROLE_TOKEN = "token_generation"
-ROLE_ENCODER = "encoder"
-_ROLE_SHORT = {ROLE_CONTEXT: "cte", ROLE_TOKEN: "tkg", ROLE_ENCODER: "enc"}
+
+class GraphRole(StrEnum):
+    """What a compiled graph does (``GraphSpec.role``; the manifest records the value). A third-party
+    backend may name a role of its own: ``GraphSpec.role`` is any string, these are the built-in ones."""
+
+    CONTEXT = "context_encoding"
+    TOKEN = "token_generation"
+    ENCODER = "encoder"
+
+
+ROLE_CONTEXT = GraphRole.CONTEXT
+ROLE_TOKEN = GraphRole.TOKEN
+ROLE_ENCODER = GraphRole.ENCODER
+_ROLE_SHORT: dict[str, str] = {ROLE_CONTEXT: "cte", ROLE_TOKEN: "tkg", ROLE_ENCODER: "enc"}
 
 LLM_TASKS = frozenset({"text-generation"})
 ENCODER_TASKS = frozenset({"feature-extraction", "text-classification", "fill-mask", "token-classification"})

@@ -1,8 +1,8 @@
 """Which Neuron SDK release supports which backend on which target: the support matrix, as data.
 
 The rows are in ``support_data.py`` (one ``Release`` per SDK release from 2.26.1, each citing its
-sources); this module holds their types and the questions everyone asks of them: which release a
-profile's ``sdk:`` names, which release the installed toolchain is, whether a backend compiles for
+sources), their types in ``support_types.py``; this module holds the questions everyone asks of
+them: which release a profile's ``sdk:`` names, which release the installed toolchain is, whether a backend compiles for
 a target in a release, and the last release that did. ``neuronc validate`` (through the backends'
 ``support_problems``), ``plan``, ``backends``, ``verify --against-env`` and ``deploy`` read it;
 ``scripts/gen_support_matrix.py`` writes the tables in docs/backends.md and docs/deploy.md from it.
@@ -14,51 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from packaging.version import InvalidVersion, Version
 
-
-class Status(StrEnum):
-    """How a release supports a backend on its targets."""
-
-    SUPPORTED = "supported"
-    BETA = "beta"
-    MAINTENANCE = "maintenance"  # critical fixes only
-    LAST = "last"  # the last release that ships the package (its end of support starts here)
-
-
-class Serves(StrEnum):
-    """What a Deep Learning Container image runs."""
-
-    NXDI = "nxdi"  # vLLM V1 + the vllm-neuron plugin's NxD Inference path (0.2.x-0.5.x)
-    VLLM_NEURON = "vllm-neuron"  # vLLM + the vllm-neuron plugin's torch.compile path (0.21+)
-    VLLM_V0 = "vllm-v0"  # AWS's vLLM V0 fork (SDK 2.26.x and earlier)
-    PYTORCH = "pytorch"  # pytorch-inference-neuronx: torch-neuronx, NxD, NxDI (no server)
-
-
-@dataclass(frozen=True)
-class Image:
-    """One Deep Learning Container image: what it serves and the exact versions it pins."""
-
-    repository: str
-    tag: str
-    serves: Serves
-    targets: tuple[str, ...]
-    # Distribution name -> the public version the image's Dockerfile pins (ARG lines).
-    packages: Mapping[str, str]
-    sources: tuple[str, ...]
-    vllm: str | None = None
-    plugin: str | None = None  # vllm-neuron
-    python: str | None = None
-    note: str = ""
-    # Packages the image pins at a version its release's manifest does not list (the Dockerfile wins).
-    off_release: tuple[str, ...] = ()
-
-    @property
-    def reference(self) -> str:
-        return f"{self.repository}:{self.tag}"
-
+# The matrix's row types live below the rows (support_types, imported by support_data); the
+# questions asked of them are here.
+from neuronc.backends.support_types import TORCH_NEURONX, BackendSupport, Image, Release, Serves, Status
 
 # What each kind of image pins (its Dockerfile's ``ARG ..._VERSION`` lines) that a compiled artifact is
 # tied to. vllm-neuron: the plugin's cache key covers the libtorch-neuronx-lite, neuronx-cc and NKI
@@ -99,65 +60,6 @@ def pin_mismatches(
 
 
 @dataclass(frozen=True)
-class BackendSupport:
-    """A backend in one release: the targets it compiles for and how they are supported."""
-
-    targets: tuple[str, ...]
-    status: Status = Status.SUPPORTED
-    note: str = ""
-    sources: tuple[str, ...] = ()
-    # Target -> why this release is used for it only when a profile's ``sdk:`` names it (never chosen
-    # by default, nor by the installed toolchain alone); the reason is a note wherever it is used.
-    named_only: Mapping[str, str] = field(default_factory=dict)
-    # The LNC values the backend compiles for (None: whatever the chip takes), and why.
-    lnc: tuple[int, ...] | None = None
-    lnc_note: str = ""
-
-
-@dataclass(frozen=True)
-class Release:
-    """One Neuron SDK release: component versions, backends per target, the images that ship it."""
-
-    version: str
-    date: str | None
-    # Distribution name -> public versions in the release, the one paired with the newest torch first.
-    packages: Mapping[str, tuple[str, ...]]
-    backends: Mapping[str, BackendSupport]
-    sources: tuple[str, ...]
-    images: tuple[Image, ...] = ()
-    note: str = ""
-    # False where no upstream release notes were found and the row is carried from its predecessor.
-    verified: bool = True
-    # TorchNeuron (the native PyTorch backend) versions published under the ``torch-neuronx`` name.
-    torchneuron: tuple[str, ...] = ()
-
-    @property
-    def key(self) -> Version:
-        return Version(self.version)
-
-    def supports(self, backend: str, target: str) -> bool:
-        entry = self.backends.get(backend)
-        return entry is not None and target in entry.targets
-
-    def version_of(self, package: str) -> str | None:
-        versions = self.packages.get(package)
-        return versions[0] if versions else None
-
-    def images_serving(self, serves: Serves) -> tuple[Image, ...]:
-        return tuple(i for i in self.images if i.serves is serves)
-
-    def named_only(self, backend: str, target: str) -> str | None:
-        """Why the release is used for the pair only when ``sdk:`` names it (None: no such rule)."""
-        entry = self.backends.get(backend)
-        return entry.named_only.get(target) if entry is not None else None
-
-    def accepts(self, name: str, version: str) -> bool:
-        """``version`` (public) is one the release ships as ``name`` (TorchNeuron counts as torch-neuronx)."""
-        shipped = self.packages.get(name, ())
-        return version in shipped or (name == TORCH_NEURONX and version in self.torchneuron)
-
-
-@dataclass(frozen=True)
 class Resolution:
     """The release a build is judged against, and how it was chosen."""
 
@@ -177,7 +79,6 @@ class Resolution:
         }
 
 
-TORCH_NEURONX = "torch-neuronx"
 # PyTorch 2.9 is the last PyTorch the XLA torch-neuronx supports; from 2.10 the same package name
 # carries TorchNeuron (aws-neuron-sdk release-notes/components/pytorch.rst, 2.29.0 "Breaking Changes";
 # 2.33.0 torchneuron.rst: torch-neuronx 2.13.3.0 / 2.14.3.0 for PyTorch 2.13 / 2.14).

@@ -9,8 +9,8 @@ types and the queries; docs/backends.md and docs/deploy.md carry the tables
 
 from __future__ import annotations
 
-from neuronc.backends.support import BackendSupport, Image, Release, Serves, Status
 from neuronc.backends.support_sources import SOURCES
+from neuronc.backends.support_types import BackendSupport, Image, Release, Serves, Status
 
 
 def _nxdi_image(

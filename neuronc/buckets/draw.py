@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.errors import MISSING_LIBRARY, InvalidInputError
 
 BAR_WIDTH = 40
 ROWS = 16
@@ -50,7 +50,7 @@ def write_plot(
 ) -> None:
     """Each (title, histogram, current, suggested) as a bar chart with the buckets as vertical lines.
 
-    Raises EnvironmentIncompatibleError (exit 5) when matplotlib is not installed.
+    Raises EnvironmentIncompatibleError (exit 5, errors.MISSING_LIBRARY) when matplotlib is not installed.
     """
     target = Path(path)
     if target.suffix.lower() not in (".png", ".svg"):
@@ -60,8 +60,8 @@ def write_plot(
 
         matplotlib.use("Agg")
         from matplotlib import pyplot
-    except ImportError:
-        raise EnvironmentIncompatibleError("--plot needs matplotlib, which is not installed", hint=PLOT_HINT) from None
+    except ImportError as exc:
+        raise MISSING_LIBRARY.convert(exc, "--plot needs matplotlib", hint=PLOT_HINT) from None
     figure, axes = pyplot.subplots(len(panels), 1, figsize=(9, 3.2 * len(panels)), squeeze=False)
     for axis, (title, histogram, current, suggested) in zip(axes[:, 0], panels, strict=True):
         lengths = sorted(histogram)

@@ -268,11 +268,11 @@ def prompt_tokenizer(model_dir: Path) -> Tokenizer:
         raise InvalidInputError(msg, hint='give "prompt_tokens" per line instead of "prompt"')
     try:
         from tokenizers import Tokenizer as HfTokenizer
-    except ImportError:
-        from neuronc.errors import EnvironmentIncompatibleError
+    except ImportError as exc:
+        from neuronc.errors import MISSING_LIBRARY
 
-        raise EnvironmentIncompatibleError(
-            "counting prompt tokens needs the tokenizers library", hint="pip install tokenizers"
+        raise MISSING_LIBRARY.convert(
+            exc, "counting prompt tokens needs the tokenizers library", hint="pip install tokenizers"
         ) from None
     tokenizer = HfTokenizer.from_file(str(path))
     return lambda text: len(tokenizer.encode(text).ids)

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,15 @@ def read_manifest(bundle_dir: str | os.PathLike[str]) -> Manifest:
 
 
 # -- verify -------------------------------------------------------------------------------------
+
+
+class FileCheck(Enum):
+    """What checking one listed file found (``verify_bundle``; the report groups files by it)."""
+
+    OK = "ok"
+    MISSING = "missing"
+    UNSAFE = "unsafe"
+    MISMATCH = "mismatch"
 
 
 @dataclass
@@ -189,20 +199,20 @@ def verify_bundle(
     root_fd = open_root(root)
     try:
 
-        def check(entry: FileEntry) -> tuple[FileEntry, str, FileProblem | None, int]:
+        def check(entry: FileEntry) -> tuple[FileEntry, FileCheck, FileProblem | None, int]:
             try:
                 fd = open_in_bundle(root_fd, entry.path, root)
             except MissingEntry:
-                return entry, "missing", None, 0
+                return entry, FileCheck.MISSING, None, 0
             except UnsafeEntry as exc:
-                return entry, "unsafe", FileProblem(entry.path, str(exc)), 0
+                return entry, FileCheck.UNSAFE, FileProblem(entry.path, str(exc)), 0
             try:
                 actual_size = os.fstat(fd).st_size
                 if actual_size != entry.size:
                     # Never hash past what the manifest declares: a size mismatch is enough.
                     return (
                         entry,
-                        "mismatch",
+                        FileCheck.MISMATCH,
                         FileProblem(
                             entry.path, f"size {actual_size} != {entry.size} in manifest", entry.size, actual_size
                         ),
@@ -214,8 +224,13 @@ def verify_bundle(
             task.advance(read)
             if read != entry.size or digest != entry.sha256:
                 reason = "content changed (SHA-256 differs)" if read == entry.size else "size changed while reading"
-                return entry, "mismatch", FileProblem(entry.path, reason, entry.size, read, entry.sha256, digest), read
-            return entry, "ok", None, read
+                return (
+                    entry,
+                    FileCheck.MISMATCH,
+                    FileProblem(entry.path, reason, entry.size, read, entry.sha256, digest),
+                    read,
+                )
+            return entry, FileCheck.OK, None, read
 
         if jobs == 1 or len(todo) <= 1 or total < SMALL_BUNDLE_BYTES:
             results = [check(e) for e in todo]
@@ -229,11 +244,11 @@ def verify_bundle(
     for entry, status, problem, read in sorted(results, key=lambda r: r[0].path):
         report.files_checked += 1
         report.bytes_hashed += read
-        if status == "missing":
+        if status is FileCheck.MISSING:
             report.missing.append(entry.path)
-        elif status == "unsafe" and problem is not None:
+        elif status is FileCheck.UNSAFE and problem is not None:
             report.unsafe.append(problem)
-        elif status == "mismatch" and problem is not None:
+        elif status is FileCheck.MISMATCH and problem is not None:
             report.mismatched.append(problem)
     report.unsafe.sort(key=lambda p: p.path)
     report.seconds = time.perf_counter() - start

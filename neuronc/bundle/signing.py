@@ -21,7 +21,7 @@ import ast
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -52,13 +52,12 @@ from neuronc.bundle.signing_material import (
     signing_password,
 )
 from neuronc.errors import (
-    EnvironmentIncompatibleError,
+    MISSING_LIBRARY,
+    SIGSTORE_UNREACHABLE,
     InvalidInputError,
     NeuroncError,
     SignatureError,
     SignatureMissingError,
-    SigstoreUnreachableError,
-    is_network_error,
     short_reason,
 )
 from neuronc.resources import default_jobs
@@ -97,37 +96,18 @@ def library() -> tuple[ModuleType, ModuleType, ModuleType]:
     try:
         from model_signing import hashing, signing, verifying
     except ImportError as exc:
-        msg = f"signing bundles needs the model-signing library ({short_reason(exc)})"
-        raise EnvironmentIncompatibleError(msg, hint=INSTALL_HINT) from None
+        raise MISSING_LIBRARY.convert(
+            exc, "signing bundles needs the model-signing library", hint=INSTALL_HINT
+        ) from None
     return signing, verifying, hashing
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: BaseException | None = exc
-    while seen is not None:
-        yield seen
-        seen = seen.__cause__ or seen.__context__
-
-
-_UNREACHABLE = frozenset({"TUFError", "NetworkError", "DownloadError", "SlowRetrievalError", "FetcherHTTPError"})
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """A failure to reach Sigstore (TUF repository, Fulcio, Rekor, the OIDC issuer) anywhere in the chain."""
-    for e in _chain(exc):
-        package = type(e).__module__.split(".")[0]
-        if is_network_error(e) or (package in {"sigstore", "tuf", "id"} and type(e).__name__ in _UNREACHABLE):
-            return True
-    return False
+_unreachable = SIGSTORE_UNREACHABLE.matches
 
 
 def _sigstore_error(exc: BaseException, doing: str) -> NeuroncError:
     reason = safe_text(short_reason(exc))
-    return SigstoreUnreachableError(
-        f"{doing}: cannot reach Sigstore ({reason})",
-        hint="Sigstore keyless signing needs the network (tuf-repo-cdn.sigstore.dev, Fulcio, Rekor); "
-        "offline, sign with a key or a certificate instead",
-    )
+    return SIGSTORE_UNREACHABLE.error(f"{doing}: cannot reach Sigstore ({reason})", hint=SIGSTORE_UNREACHABLE.hint)
 
 
 # -- signing --------------------------------------------------------------------------------------

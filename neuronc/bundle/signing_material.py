@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.bundle.signature import CERTIFICATE, KEY, SIGSTORE
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, safe_text
+from neuronc.errors import MISSING_LIBRARY, InvalidInputError, safe_text
 
 SIGNING_KEY_ENV = "NEURONC_SIGNING_KEY"
 SIGNING_CERT_ENV = "NEURONC_SIGNING_CERT"
@@ -266,8 +266,9 @@ def require_sign_extra() -> None:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            msg = f"signing and checking signatures needs the sign extra ({safe_text(str(exc), 200)})"
-            raise EnvironmentIncompatibleError(msg, hint=INSTALL_HINT) from None
+            raise MISSING_LIBRARY.convert(
+                exc, "signing and checking signatures needs the sign extra", hint=INSTALL_HINT
+            ) from None
 
 
 def signer_trust(signer: Signer, directory: Path, password: bytes | None) -> TrustRoot | None:

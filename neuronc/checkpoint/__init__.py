@@ -16,6 +16,8 @@ Nothing here imports torch or numpy at module level; see docs/split.md for the o
 from __future__ import annotations
 
 from neuronc.checkpoint._index import INDEX_FILE
+from neuronc.checkpoint._safetensors import SafetensorsHeader
+from neuronc.checkpoint._safetensors import read_header as read_safetensors_header
 from neuronc.checkpoint.check import CheckReport, Mismatch, SplitIndex, check_split, open_split
 from neuronc.checkpoint.partition import SUPPORTED_FAMILIES, Partition, RankSlice, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, SourceFile, TensorInfo, open_checkpoint, open_safetensors_file
@@ -29,6 +31,7 @@ __all__ = [
     "Mismatch",
     "Partition",
     "RankSlice",
+    "SafetensorsHeader",
     "ShardInfo",
     "SourceFile",
     "SplitIndex",
@@ -40,6 +43,7 @@ __all__ = [
     "open_safetensors_file",
     "open_split",
     "plan_partitions",
+    "read_safetensors_header",
     "shard_name",
     "split_checkpoint",
 ]

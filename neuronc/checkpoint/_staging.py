@@ -24,11 +24,12 @@ from pathlib import Path
 from types import TracebackType
 
 from neuronc.errors import (
+    DISK_FULL,
     DiskFullError,
     EnvironmentIncompatibleError,
     InvalidInputError,
     NeuroncError,
-    is_disk_full,
+    foreign_row,
     safe_text,
 )
 from neuronc.fsutil import check_free_space, disk_full_error, fsync_dir
@@ -161,7 +162,7 @@ class Staging:
 
     def _error(self, exc: OSError) -> NeuroncError:
         shown, reason = safe_text(self.out_dir), exc.strerror or str(exc)
-        if is_disk_full(exc):
+        if foreign_row(exc) is DISK_FULL:
             return disk_full_error(shown, self.needed, exc)
         if exc.errno in _BAD_OUT:
             return InvalidInputError(f"{shown}: cannot write the split: {reason}", hint="choose another --out")

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import CheckpointError, EnvironmentIncompatibleError, safe_text
+from neuronc.errors import MISSING_LIBRARY, CheckpointError, safe_text
 
 if TYPE_CHECKING:
     import torch
@@ -72,9 +72,9 @@ def load_bin(path: Path, *, display: str) -> dict[str, Any]:
     """
     try:
         import torch
-    except ImportError:
-        msg = f"{display}: reading .bin checkpoints needs torch, which is not installed"
-        raise EnvironmentIncompatibleError(msg, hint="pip install 'neuronc[cpu]', or use safetensors") from None
+    except ImportError as exc:
+        msg = f"{display}: reading .bin checkpoints needs torch"
+        raise MISSING_LIBRARY.convert(exc, msg, hint="pip install 'neuronc[cpu]', or use safetensors") from None
     import pickle
 
     try:

@@ -35,7 +35,7 @@ from neuronc.checkpoint._staging import Staging, on_disk, refuse_nonempty
 from neuronc.checkpoint.partition import MAX_TP, Partition, RankSlice, merge_ranges, model_dims, plan_partitions
 from neuronc.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from neuronc.checkpoint.writer import ShardWriter, WrittenFile
-from neuronc.errors import CheckpointError, EnvironmentIncompatibleError, InvalidInputError, safe_text
+from neuronc.errors import MISSING_LIBRARY, CheckpointError, InvalidInputError, safe_text
 from neuronc.fsutil import plural
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
 from neuronc.resources import peak_rss_bytes
@@ -146,9 +146,10 @@ def split_checkpoint(
     target = dtype_code(dtype)
     try:
         import numpy  # noqa: F401  (gathers and casts need it; say so before any work starts)
-    except ImportError:
-        msg = "neuronc split needs numpy, which is not installed"
-        raise EnvironmentIncompatibleError(msg, hint="pip install numpy (or 'neuronc[cpu]')") from None
+    except ImportError as exc:
+        raise MISSING_LIBRARY.convert(
+            exc, "neuronc split needs numpy", hint="pip install numpy (or 'neuronc[cpu]')"
+        ) from None
     refuse_nonempty(out_dir)
 
     with open_checkpoint(model_dir) as ckpt:

@@ -30,6 +30,8 @@ app = cli.Group(
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+# Click's completion variable for the `neuronc` program (_{PROG_NAME}_COMPLETE).
+COMPLETE_VAR = "_NEURONC_COMPLETE"
 
 
 def handle_errors(func: F) -> F:
@@ -51,22 +53,14 @@ def handle_errors(func: F) -> F:
             out.error(exc)
             raise cli.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            if out.json_mode:
-                out.error(Interrupted("interrupted"))  # the error document on stdout, "interrupted" on stderr
-            else:
-                out.info("interrupted")
-            raise cli.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(report_interrupted()) from None
         except cli.Exit:
             raise  # the command ended itself (with --json it printed its document): not a library's exception
         except Exception:
             if not interrupted():
                 raise
             # A Ctrl-C that a library turned into an exception of its own: still an interruption.
-            if out.json_mode:
-                out.error(Interrupted("interrupted"))
-            else:
-                out.info("interrupted")
-            raise cli.Exit(EXIT_INTERRUPTED) from None
+            raise cli.Exit(report_interrupted()) from None
         finally:
             out.end_command()
             _COMMAND_ENDED.append(True)
@@ -83,6 +77,13 @@ def exit_interrupted(args: list[str]) -> int:
     ``interrupted`` on stderr and with ``--json`` the error document on stdout; returns 130."""
     if _json_requested(args):
         out.configure(json_mode=True)
+    return report_interrupted()
+
+
+def report_interrupted() -> int:
+    """What every command says for a Ctrl-C (or SIGTERM): ``interrupted`` on stderr, and with ``--json``
+    the error document on stdout; returns 130."""
+    if out.json_mode:
         out.error(Interrupted("interrupted"))
     else:
         out.info("interrupted")
@@ -110,6 +111,13 @@ def run_app(args: list[str]) -> int:
     """Run the application; a usage error with --json on the command line also prints the JSON error
     document on stdout (exit 2), so that `--json` output is one document on every failure."""
     _COMMAND_ENDED.clear()
+    instruction = os.environ.get(COMPLETE_VAR)
+    if instruction:
+        # Shell completion, as Click's Command.main offers it (bash, zsh, fish): `eval "$(_NEURONC_COMPLETE=bash_source
+        # neuronc)"` prints the script; the shell then calls back with `bash_complete` (README "Shell completion").
+        from click.shell_completion import shell_complete
+
+        return shell_complete(app, {}, "neuronc", COMPLETE_VAR, instruction)
     try:
         # What Click's Command.main does, through its documented parts (make_context, invoke): main()
         # itself would turn a Ctrl-C into click.Abort (exit 1) and print usage errors its own way.

@@ -21,7 +21,8 @@ T = TypeVar("T")
 
 cache_app = cli.Group(
     no_args_is_help=True,
-    help="The Hugging Face Neuron cache (optimum-neuron's compile cache on the Hub).",
+    help="Neuron compile caches: the Hugging Face Neuron cache (mirror, synchronize) and the local one "
+    "(status, cleanup).",
 )
 app.add_command(cache_app, name="cache")
 
@@ -257,7 +258,7 @@ def _miss(message: str) -> None:
 
 
 def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, require_hit: bool) -> None:
-    from neuronc.hubcache import BuildStatus, lookup_builds
+    from neuronc.hubcache import LookupStatus, lookup_builds
     from neuronc.hubcache.paths import printable
     from neuronc.profile import load_profile
 
@@ -266,7 +267,7 @@ def _lookup_profile(path: Path, source: RegistrySource, constraints: Filters, re
         out.warning(warning)
     builds, registry = _with_progress(lambda p: lookup_builds(loaded.builds, source, constraints, progress=p))
     _report_registry(registry)
-    misses = [b for b in builds if b.status == BuildStatus.MISS]
+    misses = [b for b in builds if b.status == LookupStatus.MISS]
     data = {
         "schema_version": 1,
         "kind": "profile",

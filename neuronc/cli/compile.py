@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
+from neuronc.cli import _model_flags as mf
 from neuronc.cli._app import command
 from neuronc.cli._executor import (
     ExecutorName,
@@ -20,7 +21,7 @@ from neuronc.cli._executor import (
     ray_settings,
     refuse_ray_options_without_ray,
 )
-from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
+from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ RevisionOpt = Annotated[
         "--revision",
         metavar="COMMIT",
         help="Key and build every Hub model at this commit (a matrix entry's `revision`) instead of resolving "
-        "its revision again: with --only, the entry's key is built even after `main` moved. Empty: not given.",
+        "its revision again: with --only, the entry's key is built even after `main` moved. Empty: not given. "
+        "With --model: the model's Hub revision (model.revision: a commit, tag or branch).",
     ),
 ]
 ReportOpt = Annotated[
@@ -79,13 +81,18 @@ _EPILOG = (
     "neuronc compile profiles/*.yaml --json --report report.json · "
     "neuronc compile profiles/ (every profile of a directory) · "
     "neuronc compile p.yaml --only 3f9c2a1b7e04 --revision COMMIT (a key and revision from `neuronc matrix`) · "
-    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS)"
+    "neuronc compile p.yaml --executor ray --store s3://bucket/bundles (the Ray cluster at $RAY_ADDRESS) · "
+    "neuronc compile --model ./my-model --backend inductor --target cpu --max-length 128 --save-profile p.yaml"
 )
+# Optional: `--model` and its flags describe a build without a profile.
+ProfilesArg = Annotated[
+    list[Path] | None, cli.Argument(help="Profile YAML files, or directories of them.", show_default=False)
+]
 
 
 @command(name="compile", epilog=_EPILOG)
 def compile_command(
-    profiles: ProfilesOrDirsArg,
+    profiles: ProfilesArg = None,
     store: StoreOpt = None,
     out_dir: OutDirOpt = None,
     jobs: JobsOpt = None,
@@ -103,11 +110,34 @@ def compile_command(
     ray_shared_store: RaySharedStoreOpt = False,
     ray_retries: RayRetriesOpt = None,
     ray_connect_timeout: RayConnectTimeoutOpt = None,
+    model: mf.ModelOpt = None,
+    backend: mf.BackendOpt = None,
+    target: mf.TargetOpt = None,
+    tp: mf.TpOpt = None,
+    batch: mf.BatchOpt = None,
+    amp: mf.AmpOpt = None,
+    max_length: mf.MaxLengthOpt = None,
+    max_context_length: mf.MaxContextOpt = None,
+    context_buckets: mf.ContextBucketsOpt = None,
+    token_buckets: mf.TokenBucketsOpt = None,
+    sdk: mf.SdkOpt = None,
+    weights: mf.WeightsOpt = None,
+    save_profile: mf.SaveProfileOpt = None,
+    dry_run: mf.DryRunOpt = False,
 ) -> None:
-    """Compile profiles into bundles; a build already in the store is a hit and compiles nothing."""
+    """Compile profiles (or the build --model and its flags describe) into bundles; a store hit compiles nothing."""
     from neuronc.pipeline import compile_profiles, run_report
+    from neuronc.profile.from_flags import ProfileFlags
 
     out.configure(json_mode=json_out, wide=wide)
+    # --revision is the model's Hub revision in both uses: with --model it is the profile's
+    # model.revision (a commit, tag or branch); without, the commit every Hub model is keyed at.
+    flags = ProfileFlags(
+        model, revision if model is not None else None, None, backend, target, sdk, tp, batch, amp, max_length,
+        max_context_length, context_buckets, token_buckets, weights,
+    )  # fmt: skip
+    if model is not None:
+        revision = None
     refuse_ray_options_without_ray(
         executor,
         {
@@ -142,6 +172,9 @@ def compile_command(
         _announce(report)
 
     try:
+        profiles = mf.profiles_to_build(profiles, flags, save_profile, dry_run)  # a flags problem: the report's error
+        if profiles is None:
+            return  # --dry-run printed the profile
         from neuronc.cli._signing import sign_built, signer_from_environment
 
         signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
@@ -208,12 +241,14 @@ def compile_command(
 
 def _announce(report: BuildReport) -> None:
     """One line on stderr as each build ends (the table comes at the end)."""
+    from neuronc.pipeline import BuildStatus
+
     where = report.out or report.bundle
-    if report.status == "hit":
+    if report.status == BuildStatus.HIT:
         out.success(f"{report.label}: store hit {(report.config_hash or '')[:12]} → {where}")
-    elif report.status == "built":
+    elif report.status == BuildStatus.BUILT:
         out.success(f"{report.label}: built {(report.config_hash or '')[:12]} in {report.wall_seconds:.1f}s → {where}")
-    elif report.status == "skipped":
+    elif report.status == BuildStatus.SKIPPED:
         out.warning(f"{report.label}: skipped")
     else:
         out.warning(f"{report.label}: failed (exit {report.exit_code})")
@@ -222,6 +257,8 @@ def _announce(report: BuildReport) -> None:
 
 
 def _render(reports: list[Any]) -> None:
+    from neuronc.pipeline import BuildStatus
+
     rows = [
         [
             r.label,
@@ -240,7 +277,7 @@ def _render(reports: list[Any]) -> None:
         optional=["config", "graphs", "peak RSS"],
     )
     for r in reports:
-        if r.status == "built" and r.stages:
+        if r.status == BuildStatus.BUILT and r.stages:
             out.print(f"{r.label} stages: " + " · ".join(f"{s.name} {s.seconds:.2f}s" for s in r.stages))
     for r in reports:
         if r.out or r.bundle:
@@ -248,9 +285,11 @@ def _render(reports: list[Any]) -> None:
 
 
 def _graphs_cell(report: Any) -> str:
+    from neuronc.pipeline import BuildStatus
+
     if not report.graphs:
         return ""
-    if report.status == "hit":
+    if report.status == BuildStatus.HIT:
         return str(len(report.graphs))
     cached = sum(1 for g in report.graphs if g.get("cache_hit"))
     return f"{len(report.graphs)} ({cached} cached)" if cached else str(len(report.graphs))

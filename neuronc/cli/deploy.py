@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -57,6 +57,13 @@ def deploy_command(
     certificate: TrustCertOpt = None,
     identity: IdentityOpt = None,
     issuer: IssuerOpt = None,
+    allow_compile: Annotated[
+        bool,
+        cli.Option(
+            "--allow-compile",
+            help="Write the files even when the pre-boot verdict says the image would compile (a key part differs).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Write what a serving stack needs to run this bundle, every shape, size and version from its manifest."""
@@ -82,6 +89,7 @@ def deploy_command(
     trust = trust_for(flag=require_signature, key=key, certificates=certificate, identity=identity, issuer=issuer)
     signed = check_signature(bundle, trust)
     rendered = render(bundle, chosen, options)
+    verdict = _verdict(bundle, rendered.image, allow_compile=allow_compile)
     written = write(rendered, target)
     pairs = list(zip(written, rendered.files, strict=True))
     data = {
@@ -92,6 +100,7 @@ def deploy_command(
         "files": [{"path": str(p), "what": f.what} for p, f in pairs],
         "notes": list(rendered.notes),
         "signature": signed.to_json() if signed else None,
+        "verdict": verdict,
     }
 
     def render_text() -> None:
@@ -105,9 +114,36 @@ def deploy_command(
             out.print(f"[yellow]note:[/yellow] {escape(note)}")
         if signed is not None:
             out.print(f"signature: verified, signed by {escape(signed.signer)}")
+        if verdict is not None and "parts" in verdict:
+            from neuronc.cli.inspect import render_verdict
+
+            render_verdict(verdict)
 
     out.result(data, render_text)
     out.success(f"wrote {len(written)} file(s) for {chosen.value} to {target}")
+
+
+def _verdict(bundle: Path, image: str | None, *, allow_compile: bool) -> dict[str, Any] | None:
+    """The pre-boot verdict against the image the serving files name (neuronc.verdict): exit 5 naming
+    every differing part, unless --allow-compile (then it is reported, and the files are written)."""
+    from neuronc.bundle import read_manifest
+    from neuronc.errors import NeuroncError
+    from neuronc.verdict import has_verdict, image_verdict
+
+    if image is None or not has_verdict(read_manifest(bundle).backend):
+        return None
+    try:
+        verdict = image_verdict(bundle, image)
+    except NeuroncError as exc:
+        if not allow_compile:
+            exc.hint = f"{exc.hint + '; ' if exc.hint else ''}--allow-compile writes the files without the verdict"
+            raise
+        return {"image": image, "skipped": exc.message}
+    if not verdict.starts_without_compiling and not allow_compile:
+        error = verdict.error(str(bundle))
+        error.hint = f"{error.hint}; --allow-compile writes the files anyway"
+        raise error
+    return verdict.to_json()
 
 
 __all__ = ["deploy_command"]

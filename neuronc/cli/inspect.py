@@ -14,6 +14,9 @@ from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, WideOpt
+from neuronc.cli._report import finish_report as _finish
+from neuronc.cli._report import markup_safe as _s
+from neuronc.cli._report import table_cell as _cell
 from neuronc.cli._signing import (
     IdentityOpt,
     IssuerOpt,
@@ -37,6 +40,15 @@ AgainstEnvOpt = Annotated[
     bool,
     cli.Option(
         "--against-env", help="Compare the bundle's toolchain with what is installed here (exit 5 if incompatible)."
+    ),
+]
+AgainstImageOpt = Annotated[
+    str | None,
+    cli.Option(
+        "--against-image",
+        help="Will the bundle start with zero compiles in this image? Compare every part of its serving-stack "
+        "key with the image's (exit 5 naming each difference). A Deep Learning Container of the support matrix "
+        "is known; another image is read through docker/podman (pulled only with NEURONC_PULL_IMAGES=1).",
     ),
 ]
 
@@ -82,6 +94,7 @@ def _backend_snippet(backend: str, bundle: Path) -> str | None:
 def verify_command(
     bundle_arg: BundleOrUrlArg,
     against_env: AgainstEnvOpt = False,
+    against_image: AgainstImageOpt = None,
     accuracy: Annotated[
         bool,
         cli.Option(
@@ -124,9 +137,11 @@ def verify_command(
         from neuronc.bundle.signing import verify_signature
 
         extra["signature"] = lambda bundle, _manifest: verify_signature(bundle, trust).to_json()
+    if against_image is not None:
+        extra["verdict"] = lambda bundle, _manifest: _image_verdict(bundle, against_image)
     shown = bundle_arg
     if is_remote(bundle_arg):
-        if trust is None:
+        if trust is None and against_image is None:
             _verify_remote(bundle_arg, against_env=against_env, accuracy=accuracy, jobs=jobs)
             return
         bundle = _fetch_url(bundle_arg, accuracy=accuracy)  # the signature is checked on a verified local copy
@@ -141,6 +156,18 @@ def verify_command(
     failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
+
+
+def _image_verdict(bundle: Path, reference: str) -> dict[str, Any]:
+    """The pre-boot verdict against an image (neuronc.verdict); exit 5 naming every differing part."""
+    from neuronc.verdict import image_verdict
+
+    verdict = image_verdict(bundle, reference)
+    if not verdict.starts_without_compiling:
+        error = verdict.error(str(bundle))
+        error.report = verdict.to_json()  # type: ignore[attr-defined]
+        raise error
+    return verdict.to_json()
 
 
 def _fetch_url(url: str, *, accuracy: bool) -> Path:
@@ -201,6 +228,13 @@ def _run_checks(
         incompatible = _environment_failure(str(bundle), manifest, data)
         if incompatible is not None:
             failures.append(incompatible)
+        from neuronc.verdict import has_verdict, host_verdict
+
+        if has_verdict(manifest.backend):
+            verdict = host_verdict(bundle)
+            data["verdict"] = verdict.to_json()
+            if not verdict.starts_without_compiling:
+                failures.append(verdict.error(str(bundle)))
     for name, check in (extra or {}).items():
         if failures:  # running a model from a damaged or incompatible bundle proves nothing
             data[name] = {"skipped": "an earlier check failed"}
@@ -271,36 +305,7 @@ def _releases_of(bundle: Any, installed: Any) -> dict[str, str | None]:
     return {side: release.version if release is not None else None for side, release in found.items()}
 
 
-def _finish(data: dict[str, Any], render: Callable[[], None], failure: NeuroncError | None) -> None:
-    if failure is None:
-        out.result(data, render)
-        return
-    if not out.json_mode:
-        render()
-        raise failure
-    # --json: one JSON document on stdout (the report, with the error inside), the message on stderr.
-    data["error"] = failure.to_json()
-    out.result(data)
-    out.json_mode = False
-    out.error(failure)
-    raise cli.Exit(failure.exit_code)
-
-
 # -- rendering ------------------------------------------------------------------------------------
-
-
-def _s(value: Any, limit: int = 200) -> str:
-    """A manifest value made safe for the terminal: no control characters, no Rich markup."""
-    from rich.markup import escape
-
-    return escape(_cell(value, limit))
-
-
-def _cell(value: Any, limit: int = 200) -> str:
-    """A manifest value for a table cell: no control characters (cells are never read as markup)."""
-    from neuronc.bundle import safe_text
-
-    return "" if value is None else safe_text(value, limit)
 
 
 def _size(n: int | None) -> str:
@@ -383,6 +388,8 @@ def _render_verify(d: dict[str, Any]) -> None:
         )
     if "environment" in d and "totals" not in d:
         _render_environment(d["environment"])
+    if isinstance(d.get("verdict"), dict) and "parts" in d["verdict"]:
+        render_verdict(d["verdict"])
     signature = d.get("signature")
     if isinstance(signature, dict) and "signer" in signature:
         from neuronc.cli._signing import render_signature
@@ -401,6 +408,17 @@ def _render_verify(d: dict[str, Any]) -> None:
         out.print(f"accuracy   skipped: {accuracy['skipped']}")
 
 
+def render_verdict(verdict: dict[str, Any]) -> None:
+    """Every key part, then the answer: starts with zero compiles: yes / no."""
+    out.print(f"verdict    against {_s(verdict['image'])} ({_s(verdict['source'])})")
+    for part in verdict["parts"]:
+        mark = "differs" if part["checked"] and part["bundle"] != part["image"] else "same"
+        mark = mark if part["checked"] else "unchecked"
+        out.print(f"  {_s(part['field'])}: bundle {_s(part['bundle'])}, image {_s(part['image'])} - {mark}")
+    answer = "yes" if verdict["starts_without_compiling"] else "no"
+    out.print(f"starts with zero compiles: {answer}")
+
+
 def _render_environment(env: dict[str, Any]) -> None:
     out.print(f"toolchain  {env['verdict']} with this environment")
     sdk = env.get("neuron_sdk") or {}
@@ -414,4 +432,4 @@ def _render_environment(env: dict[str, Any]) -> None:
         )
 
 
-__all__ = ["VerifyCheck", "environment_comparison", "inspect_command", "verify_command"]
+__all__ = ["VerifyCheck", "environment_comparison", "inspect_command", "render_verdict", "verify_command"]

@@ -149,6 +149,7 @@ def _ray_placement(plans: list[Any], settings: Any, rows: list[dict[str, Any]]) 
 def _render(plans: list[Any], placed: list[Any] | None = None, documents: list[dict[str, Any]] | None = None) -> None:
     from rich.markup import escape
 
+    from neuronc.ci import CacheStatus
     from neuronc.preflight import gib
 
     rows = []
@@ -205,7 +206,7 @@ def _render(plans: list[Any], placed: list[Any] | None = None, documents: list[d
             out.print(escape(f"  store: {p.store['note']}"))
         if p.store.get("other_toolchains"):
             out.print(escape(f"  store has this config for other toolchains: {', '.join(p.store['other_toolchains'])}"))
-        if p.hf_cache.reason and p.hf_cache.status == "unknown":
+        if p.hf_cache.reason and p.hf_cache.status == CacheStatus.UNKNOWN:
             out.print(escape(f"  hf cache: {p.hf_cache.reason}"))
         if documents is not None:
             from neuronc.buckets import traffic_line

@@ -1,4 +1,4 @@
-"""`neuronc profiles list|show|copy`: the profiles shipped inside the package (neuronc/data).
+"""`neuronc profiles list|show|copy|new`: the profiles shipped inside the package (neuronc/data); new ones from flags.
 
 Named `presets` because neuronc/cli/profiles.py holds the commands that take profile files
 (validate, schema, hash). Nothing here imports torch or transformers.
@@ -12,12 +12,13 @@ from typing import Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
+from neuronc.cli import _model_flags as mf
 from neuronc.cli._app import app, command
 from neuronc.cli._options import JsonOpt
 
 profiles_app = cli.Group(
     no_args_is_help=True,
-    help="The example profiles shipped with neuronc (and the demo model): list, show, copy.",
+    help="The example profiles shipped with neuronc (and the demo model): list, show, copy; new writes one from flags.",
 )
 app.add_command(profiles_app, name="profiles")
 
@@ -82,3 +83,45 @@ def copy_command(
         out.info(f"next: neuronc validate {copied.profile} · neuronc compile {copied.profile}")
 
     out.result(copied.to_json(), render)
+
+
+@command(
+    profiles_app,
+    name="new",
+    epilog="Example: neuronc profiles new my-model.yaml --model ./my-model --backend inductor --target cpu "
+    "--max-length 128 && neuronc compile my-model.yaml",
+)
+def new_command(
+    path: Annotated[Path, cli.Argument(help="The profile file to write.", show_default=False)],
+    model: mf.ModelOpt = None,
+    revision: mf.RevisionOpt = None,
+    backend: mf.BackendOpt = None,
+    target: mf.TargetOpt = None,
+    tp: mf.TpOpt = None,
+    batch: mf.BatchOpt = None,
+    amp: mf.AmpOpt = None,
+    max_length: mf.MaxLengthOpt = None,
+    max_context_length: mf.MaxContextOpt = None,
+    context_buckets: mf.ContextBucketsOpt = None,
+    token_buckets: mf.TokenBucketsOpt = None,
+    sdk: mf.SdkOpt = None,
+    weights: mf.WeightsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write the profile model flags describe (what `compile --model ... --save-profile` writes), compiling nothing."""
+    from neuronc.profile.from_flags import ProfileFlags, load_flags_profile, write_profile
+
+    out.configure(json_mode=json_out)
+    flags = ProfileFlags(
+        model, revision, None, backend, target, sdk, tp, batch, amp, max_length, max_context_length,
+        context_buckets, token_buckets, weights,
+    )  # fmt: skip
+    loaded, text = load_flags_profile(flags, path)
+    write_profile(text, path)
+    data = {"path": str(path), "profile": text, "builds": len(loaded.builds)}
+
+    def render() -> None:
+        out.success(f"wrote {path}")
+        out.info(f"next: neuronc validate {path} · neuronc compile {path}")
+
+    out.result(data, render)

@@ -9,7 +9,7 @@ from neuronc._output import out, to_json_text
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, ProfilesArg, WideOpt
-from neuronc.errors import InvalidInputError, NeuroncError, ProfileError
+from neuronc.errors import InvalidInputError, ProfileError
 
 
 def describe_profile(path: Path) -> dict[str, Any]:
@@ -209,9 +209,7 @@ def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, dict[str, A
 
 
 def _bundle_hash(path: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    try:
-        from neuronc.bundle import read_manifest
-    except ImportError as exc:  # pragma: no cover - the bundle module ships with neuronc
-        raise NeuroncError(f"cannot read bundles: {exc}") from None
+    from neuronc.bundle import read_manifest
+
     manifest = read_manifest(path)
     return manifest.config_hash, manifest.hashed_inputs, {}

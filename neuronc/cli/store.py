@@ -62,7 +62,7 @@ def _age(seconds: float | None) -> str:
 @command(store_app, name="list", epilog="Example: neuronc store list --json | jq '.bundles[].key'")
 def list_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
     """List complete bundles: key, model, backend, size, age. A missing bucket or repository is exit 5."""
-    from neuronc.cli.inspect import _s
+    from neuronc.cli._report import markup_safe
 
     out.configure(json_mode=json_out)
     s = _open(store)
@@ -70,17 +70,17 @@ def list_command(store: StoreOpt = None, json_out: JsonOpt = False) -> None:
 
     def render() -> None:
         if not rows:
-            out.print(f"no bundles in {_s(s.location)}")
+            out.print(f"no bundles in {markup_safe(s.location)}")
             return
         out.table(
             ["key", "model", "backend", "target", "toolchain", "size", "age"],
             [
                 [
                     r["key"],
-                    _s(r["model"]),
-                    _s(r["backend"]),
-                    _s(r["target"]),
-                    _s(r["toolchain_label"]),
+                    markup_safe(r["model"]),
+                    markup_safe(r["backend"]),
+                    markup_safe(r["target"]),
+                    markup_safe(r["toolchain_label"]),
                     _size(r["size"]),
                     _age(r["age_seconds"]),
                 ]
@@ -146,7 +146,7 @@ def verify_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Check every file of the bundles KEY names against their manifest (exit 4 if one is damaged)."""
-    from neuronc.cli.inspect import _finish
+    from neuronc.cli._report import finish_report
     from neuronc.errors import InvalidInputError, VerificationError
 
     out.configure(json_mode=json_out)
@@ -185,7 +185,7 @@ def verify_command(
             f"{s.location}: {len(bad)} bundle(s) failed verification",
             hint=f"`neuronc store verify {key} --store {s.location} --repair` mends or drops them",
         )
-    _finish(data, render, error)
+    finish_report(data, render, error)
 
 
 @command(store_app, name="publish", epilog="Example: neuronc store publish ./bundle --store s3://bucket/bundles")

@@ -63,6 +63,10 @@ class VllmNeuronRecord:
     cache_root: str  # relative to the bundle: the VLLM_CACHE_ROOT the compile filled
     checkpoint: str  # relative to the bundle: the checkpoint the engine loads
     pinned: str | None  # repository@sha256:... of the DLC image the compile ran in, if it ran in one
+    route: str | None = None  # VLLM_NEURON_BACKEND as compiled (None: a bundle from before it was recorded)
+    num_gpu_blocks: int | None = None  # the KV block count the compile sized (None: not recorded)
+    compile_env: Mapping[str, str] = field(default_factory=dict)  # the compile's VLLM_NEURON_*/NEURON_* variables
+    target: str | None = None  # the platform target compiled for (NEURON_PLATFORM_TARGET_OVERRIDE)
 
 
 @dataclass(frozen=True)
@@ -352,6 +356,7 @@ def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
     ):
         reader.refuse(where + "kv_sizing_env", kv, f"is not numbers for {', '.join(KV_SIZING_ENV)}")
         kv = {}
+    route, blocks, env, target = _vllm_neuron_key(reader, info)
     runner = info.get("runner")
     pinned = runner.get("pinned") if isinstance(runner, Mapping) else None
     if pinned is not None and (not isinstance(pinned, str) or not _PINNED.fullmatch(pinned)):
@@ -367,7 +372,47 @@ def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
         cache_root=text["cache_root"],
         checkpoint=text["checkpoint"],
         pinned=pinned,
+        route=route,
+        num_gpu_blocks=blocks,
+        compile_env=env,
+        target=target,
     )
+
+
+_ROUTE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _vllm_neuron_key(
+    reader: _Reader, info: Mapping[str, Any]
+) -> tuple[str | None, int | None, dict[str, str], str | None]:
+    """The route, KV block count, recorded environment and platform target (each None/empty when absent)."""
+    from neuronc.backends.vllm_neuron.facts import RECORDED_ENV_PREFIXES, env_value_problem
+
+    where = "extra.vllm_neuron."
+    route = info.get("route")
+    if route is not None and (not isinstance(route, str) or not _ROUTE.fullmatch(route)):
+        reader.refuse(where + "route", route, "is not a route name (vllm_neuron, neuron_native ...)")
+        route = None
+    blocks = info.get("num_gpu_blocks")
+    if blocks is not None and (isinstance(blocks, bool) or not isinstance(blocks, int) or not 1 <= blocks <= 1 << 31):
+        reader.refuse(where + "num_gpu_blocks", blocks, "is not a positive block count")
+        blocks = None
+    env = info.get("compile_env") or {}
+    good = isinstance(env, Mapping) and all(
+        isinstance(k, str)
+        and isinstance(v, str)
+        and k.startswith(RECORDED_ENV_PREFIXES)
+        and env_value_problem(k, v) is None
+        for k, v in env.items()
+    )
+    if not good:
+        reader.refuse(where + "compile_env", env, "is not VLLM_NEURON_*/NEURON_* variables with plain values")
+        env = {}
+    target = info.get("platform_target")
+    if target is not None and (not isinstance(target, str) or not _ROUTE.fullmatch(target)):
+        reader.refuse(where + "platform_target", target, "is not a platform target (trn2, trn3)")
+        target = None
+    return route, blocks, dict(env), target
 
 
 def _sdk(reader: _Reader) -> str | None:

@@ -11,13 +11,18 @@ written by ``neuronc.backends.vllm_neuron.build.run_compile``; the plugin facts 
   bundle is read-only, so serve.sh and each container copy the bundle's cache tree into a writable
   ``VLLM_CACHE_ROOT`` first. ``NEURON_COMPILED_ARTIFACTS`` is not read by this path (only by the NxDI
   path, vllm.py): it is not set.
-- ``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1``: a graph missing from the cache is an error at start-up
-  instead of a compile of up to half an hour on the serving host.
-- ``NEURON_LOGICAL_NC_CONFIG``: the LNC the graphs were compiled for (the runtime's default is 2).
-- The KV sizing variables the compile ran with (``kv_sizing_env``): the KV cache shape is an input of
-  every graph, so the server must size it the same way to hit the cache.
+- Both no-compile switches (vllm-neuron cpu_compilation.md): ``VLLM_NEURON_DISABLE_WARMUP_COMPILE=1``
+  (a graph missing from the cache is an error at start-up instead of a compile of up to half an hour
+  on the serving host) and the plugin line's ``*_DISABLE_GRAPH_CAPTURE_BACKEND=1`` (0.21:
+  ``VLLM_NEURON_``, 0.24+: ``NEURON_LIBTORCH_``).
+- ``VLLM_NEURON_BACKEND``: the route the graphs were compiled on, set explicitly (2.33's Precompile
+  Cache is off while it is unset); ``NEURON_LOGICAL_NC_CONFIG``: the LNC compiled for.
+- The compile's recorded ``VLLM_NEURON_*`` / ``NEURON_*`` variables (``compile_env``, KV sizing
+  included): a host compile inherits the host's environment, and what it read must be what the
+  server reads.
 - The engine arguments are the recorded ``engine_args`` (the same values the compile's ``vllm.LLM``
-  got, ``gpu_memory_utilization`` included), after the checkpoint path, then ``--port``.
+  got, ``gpu_memory_utilization`` included, and ``--num-gpu-blocks-override`` with the KV block count
+  the compile sized), after the checkpoint path, then ``--port``.
 - The image: ``--image``; else the DLC image the compile ran in, by the digest recorded; else the
   release's vllm-neuron image from the support matrix, when what it pins is the bundle's neuronx-cc,
   NKI and libtorch-neuronx-lite (``support.pin_mismatches``: the cache key holds those versions, so
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 from neuronc.backends.support import Serves
 from neuronc.backends.vllm_neuron.engine import serve_env as engine_serve_env
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV, default_route
 from neuronc.deploy._compose import CONTAINER_BUNDLE, endpoint_files, placement, replica_files
 from neuronc.deploy._quote import comment_text, sh_command, sh_env_file, sh_word
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
@@ -53,7 +58,12 @@ def record_of(v: ServingValues) -> VllmNeuronRecord:
 
 def serve_env(record: VllmNeuronRecord) -> dict[str, str]:
     """The variables of the served engine, but ``VLLM_CACHE_ROOT`` (a writable copy, made at start)."""
-    return engine_serve_env(record.logical_nc_config, record.kv_sizing_env)
+    return engine_serve_env(
+        logical_nc_config=record.logical_nc_config,
+        plugin=record.plugin,
+        route=record.route or default_route(record.plugin),
+        recorded_env={**record.kv_sizing_env, **record.compile_env},
+    )
 
 
 def serve_args(record: VllmNeuronRecord, bundle: str, port: int) -> list[str]:

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 SHAPE_FIELDS = ("target", "tp_degree", "batch_size", "sequence_length", "dtype")
 
 
-class BuildStatus(StrEnum):
+class LookupStatus(StrEnum):
+    """What the Hugging Face Neuron cache holds for one build (not ``pipeline.BuildStatus``: what a build did)."""
+
     HIT = "hit"
     MISS = "miss"
     NOT_APPLICABLE = "not-applicable"
@@ -96,7 +98,7 @@ class BuildLookup:
     """Whether one build of a profile is in the cache; on a miss, the nearest entries and why."""
 
     spec: BuildSpec
-    status: BuildStatus
+    status: LookupStatus
     wanted: Wanted
     hits: list[Match]
     nearest: list[Nearest]
@@ -104,7 +106,7 @@ class BuildLookup:
 
     @property
     def hit(self) -> bool:
-        return self.status == BuildStatus.HIT
+        return self.status == LookupStatus.HIT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,7 +168,7 @@ def lookup_builds(
         wanted = Wanted.of(spec)
         note = _not_applicable(spec)
         if note is not None:
-            results.append(BuildLookup(spec, BuildStatus.NOT_APPLICABLE, wanted, [], [], [note]))
+            results.append(BuildLookup(spec, LookupStatus.NOT_APPLICABLE, wanted, [], [], [note]))
             continue
         key = (spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)
         results.append(_lookup_one(spec, wanted, contexts[key], related[key], constraints, nearest))
@@ -222,7 +224,7 @@ def _lookup_one(
         )
     if not matches:
         notes.append("nothing cached for this model or its architecture")
-    status = BuildStatus.HIT if hits else BuildStatus.MISS
+    status = LookupStatus.HIT if hits else LookupStatus.MISS
     return BuildLookup(spec, status, wanted, hits, nearest[:nearest_count], notes)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import CacheMissError, InvalidInputError, is_client_library_error, is_network_error
+from neuronc.errors import HUB_REFUSED, NETWORK, CacheMissError, foreign_row
 from neuronc.fsutil import atomic_write_bytes
 from neuronc.hubcache.entries import MAX_ENTRY_BYTES
 from neuronc.hubcache.index import IndexFile, read_limited
@@ -121,26 +121,18 @@ class HubSource:
 
     def resolve_revision(self) -> str:
         """The commit sha of ``revision`` (one request)."""
-        from huggingface_hub.errors import (
-            GatedRepoError,
-            HfHubHTTPError,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
-
         self.requests += 1
-        msg = f"cache repository '{self.repo_id}' not found on {self.endpoint}, or not accessible"
-        hint = "check --repo / CUSTOM_CACHE_REPO; a private repository needs HF_TOKEN (or `hf auth login`)"
         try:
             info = self._api().model_info(self.repo_id, revision=self.revision, expand=["sha"], timeout=_TIMEOUT_S)
-        except (RepositoryNotFoundError, GatedRepoError):
-            raise InvalidInputError(msg, hint=hint) from None
-        except RevisionNotFoundError:
-            raise InvalidInputError(f"revision '{self.revision}' not found in '{self.repo_id}'") from None
-        except HfHubHTTPError as exc:
-            if exc.response is not None and exc.response.status_code in (401, 403):
-                raise InvalidInputError(msg, hint=hint) from None
-            raise
+        except Exception as exc:
+            # Not found, gated, no such revision, 401/403: exit 2; the rest (unreachable) goes up to
+            # current_listing, which falls back to the local copy.
+            row = foreign_row(exc)
+            if row is None or row not in HUB_REFUSED:
+                raise
+            msg = f"cache repository '{self.repo_id}' not found on {self.endpoint}, or not accessible"
+            hint = "check --repo / CUSTOM_CACHE_REPO; a private repository needs HF_TOKEN (or `hf auth login`)"
+            raise row.convert(exc, msg, hint=hint) from None
         sha = info.sha
         if not isinstance(sha, str) or not _OID.fullmatch(sha):
             raise CacheMissError(f"{self.endpoint} returned no commit sha for '{self.repo_id}'")
@@ -378,7 +370,7 @@ class HubSource:
                 response = get_session().get(url, headers=headers, timeout=_TIMEOUT_S)
                 hf_raise_for_status(response)
             except Exception as exc:  # a failed download is reported by count; anything else is a bug
-                if isinstance(exc, OSError) or is_client_library_error(exc):
+                if foreign_row(exc) is not None:
                     return oid, None
                 raise
             data: bytes = response.content
@@ -412,7 +404,7 @@ class HubSource:
             self.requests += 2
             path = hf_hub_download(model_id, "config.json", revision=revision, token=self.token, endpoint=self.endpoint)
         except Exception as exc:  # advisory: without it, entries are matched by model id only
-            if not (isinstance(exc, OSError) or is_client_library_error(exc)):
+            if foreign_row(exc) is None:
                 raise
             return None, f"config.json of '{model_id}' could not be downloaded: {network_reason(exc)}"
         return read_model_config(Path(path).parent), "downloaded from the Hub"
@@ -422,7 +414,7 @@ def _unreachable(exc: BaseException) -> bool:
     """A network failure, or an answer that means the Hub is down (5xx, 429): fall back to the local copy."""
     from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
-    if isinstance(exc, OfflineModeIsEnabled) or is_network_error(exc):
+    if isinstance(exc, OfflineModeIsEnabled) or foreign_row(exc) is NETWORK:
         return True
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         return exc.response.status_code >= 500 or exc.response.status_code == 429

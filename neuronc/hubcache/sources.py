@@ -63,14 +63,14 @@ def check_repo_id(repo_id: str, origin: str) -> str:
     # package re-exports it without `as`, which mypy's strict mode does not count as an export.
     from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]
 
-    from neuronc.errors import InvalidInputError, safe_text
+    from neuronc.errors import HUB_INVALID_ID, safe_text
 
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
         reason = safe_text(str(exc).split(". Use ")[0], 200)
         msg = f"{origin} '{safe_text(repo_id, 120)}': not a Hugging Face repository id ({reason})"
-        raise InvalidInputError(msg, hint="e.g. aws-neuron/optimum-neuron-cache (namespace/name)") from None
+        raise HUB_INVALID_ID.error(msg, hint="e.g. aws-neuron/optimum-neuron-cache (namespace/name)") from None
     return repo_id
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import (
+    DISK_FULL,
+    HUB_NO_REVISION,
+    HUB_REFUSED,
     CheckpointError,
     InvalidInputError,
-    is_client_library_error,
-    is_disk_full,
-    is_network_error,
-    short_reason,
+    foreign_row,
+    from_foreign,
 )
 from neuronc.fsutil import disk_full_error
 from neuronc.model.files import local_model_dir
@@ -55,20 +56,18 @@ def resolve_revision(model_id: str, revision: str | None) -> str:
 def _hub_commit(model_id: str, revision: str) -> str | None:
     """Ask the Hub which commit ``revision`` is; None when the Hub cannot be reached."""
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         info = HfApi().model_info(model_id, revision=revision)
-    except (RepositoryNotFoundError, GatedRepoError) as exc:
-        msg = f"model '{model_id}' is not a directory and not an accessible Hugging Face repo"
-        raise CheckpointError(msg, details=[short_reason(exc)], hint=_HUB_HINT) from None
-    except RevisionNotFoundError:
-        msg = f"model '{model_id}' has no revision '{revision}'"
-        raise CheckpointError(msg, hint="pin model.revision to a commit, tag or branch that exists") from None
     except Exception as exc:
-        if is_network_error(exc) or is_client_library_error(exc):
+        row = foreign_row(exc)
+        if row is None:
+            raise
+        if row not in HUB_REFUSED:
             return None  # the hub is unreachable: fall back to what the local cache knows
-        raise
+        msg = f"model '{model_id}' is not a directory and not an accessible Hugging Face repo at '{revision}'"
+        hint = None if row is HUB_NO_REVISION else _HUB_HINT  # the row's: pin a revision that exists
+        raise row.convert(exc, msg, error=CheckpointError, hint=hint) from None
     sha = getattr(info, "sha", None)
     return sha if isinstance(sha, str) and COMMIT_RE.fullmatch(sha) else None
 
@@ -85,7 +84,7 @@ def known_commits(model_id: str, revision: str | None) -> list[str]:
 
             found.extend(c.commit_id for c in HfApi().list_repo_commits(model_id, revision=revision or "main"))
         except Exception as exc:  # the history is a diagnosis aid: without it, the local cache's commits
-            if not (is_network_error(exc) or is_client_library_error(exc)):
+            if foreign_row(exc) is None:
                 raise
     try:
         snapshots = sorted(p.name for p in (repo_cache_dir(model_id) / "snapshots").iterdir() if p.is_dir())
@@ -158,12 +157,12 @@ def _download(repo_id: str, revision: str | None, *, hint: str = _HUB_HINT) -> P
             local_files_only=hub_offline(),
         )
     except Exception as exc:
-        if is_disk_full(exc):
+        if foreign_row(exc) is DISK_FULL:
             raise disk_full_error(hub_cache_dir(), None, exc) from None
-        if not (is_client_library_error(exc) or is_network_error(exc) or isinstance(exc, OSError)):
+        error = from_foreign(exc, f"cannot download '{repo_id}@{revision or 'main'}'", error=CheckpointError, hint=hint)
+        if error is None:
             raise
-        msg = f"cannot download '{repo_id}@{revision or 'main'}': {short_reason(exc)}"
-        raise CheckpointError(msg, hint=hint) from None
+        raise error from None
     return Path(path)
 
 

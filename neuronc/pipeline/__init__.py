@@ -20,6 +20,7 @@ run's context-scoped sink for messages to people).
 from typing import TYPE_CHECKING
 
 from neuronc._lazy import lazy_attributes
+from neuronc.pipeline.compile import compile_profiles
 from neuronc.pipeline.context import UNRESOLVED, BuildContext, resolve_build
 from neuronc.pipeline.report import (
     BuildReport,
@@ -29,7 +30,7 @@ from neuronc.pipeline.report import (
     overall_exit_code,
     run_report,
 )
-from neuronc.pipeline.run import BuildOptions, build_one, check_backends, compile_profiles, open_store, select_builds
+from neuronc.pipeline.run import BuildOptions, build_one, check_backends, open_store, select_builds
 
 if TYPE_CHECKING:
     from neuronc.pipeline.nearest import nearest_bundle, nearest_lines

@@ -80,12 +80,6 @@ class BuildContext:
             return None  # unresolved: no commit to read it at (the revision as written may be another)
         return find_model_config(self.spec.model.id, self.revision, None)
 
-    def require_available(self) -> None:
-        """BackendUnavailableError (exit 5) unless the backend can compile here."""
-        if not self.availability.available:
-            msg = f"backend '{self.spec.backend}' cannot compile on this machine: {self.availability.reason}"
-            raise BackendUnavailableError(msg, hint=self.availability.install_hint)
-
 
 def resolve_build(
     spec: BuildSpec,

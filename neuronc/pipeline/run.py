@@ -1,4 +1,5 @@
-"""Running builds: every build of every profile, or one ``BuildSpec``, through the stages.
+"""Running one build (a ``BuildSpec``) through the stages; ``compile.py`` runs every build of every
+profile through an executor that calls ``build_one``.
 
 ``build_one`` resolves the build once (``resolve_build``), looks it up, and on a miss compiles it
 under the key's lock; it returns a ``BuildReport`` assembled from what the stages returned. What
@@ -10,25 +11,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from neuronc.backends.base import Availability
 from neuronc.errors import BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
 from neuronc.pipeline.context import BuildContext, resolve_build
 from neuronc.pipeline.identity import BuildIdentity
-from neuronc.pipeline.messages import Log, logging_to, say
+from neuronc.pipeline.messages import say
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, hit_graphs
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import WorkPool, default_jobs
 from neuronc.spec import BuildSpec
 from neuronc.store import BundleStore
-
-if TYPE_CHECKING:
-    from neuronc.pipeline.local import Executor
 
 
 @dataclass(frozen=True)
@@ -121,91 +118,6 @@ def select_builds(specs: Sequence[BuildSpec], only: Sequence[str], commit: str |
             raise InvalidInputError(msg, details=[m.detail() for m in moves], hint=hint)
         raise InvalidInputError(msg, hint="`neuronc matrix PROFILE --format json` lists every build's key")
     return selected
-
-
-def compile_profiles(
-    paths: Sequence[str | os.PathLike[str]],
-    *,
-    store: BundleStore | str | os.PathLike[str] | None = None,
-    out_dir: str | os.PathLike[str] | None = None,
-    jobs: int | None = None,
-    only: Sequence[str] | None = None,
-    revision: str | None = None,
-    require_hit: bool = False,
-    progress: ProgressSink = NULL_PROGRESS,
-    on_report: Callable[[BuildReport], None] | None = None,
-    log: Log | None = None,
-    executor: Executor | None = None,
-) -> list[BuildReport]:
-    """Compile every build of every profile; return one report per build.
-
-    Args:
-        paths: profile YAML files, or directories of them (their *.yaml and *.yml files); every one
-            is loaded and validated before any work starts.
-        store: a store object, a location (directory, s3://, hf://), or None for the default store.
-        out_dir: also place the bundle here (the bundle itself for a single build; one
-            sub-directory per bundle when the run has several).
-        jobs: graphs compiled in parallel (default: the number of cores).
-        only: build only the builds whose config hash starts with one of these keys.
-        revision: the commit every hub model's revision resolves to (a matrix entry's ``revision``):
-            the builds are keyed and built at it, whatever the revision points at now.
-        require_hit: never compile; a build that is not in the store fails with exit 6.
-        progress: where stage and graph progress goes.
-        on_report: called with each report as soon as its build ends.
-        log: called with messages for people (why a lookup missed, waiting for a lock).
-        executor: where the builds run: this process (``LocalExecutor``, the default: the graphs of
-            all builds share one pool of ``jobs`` workers within the host memory the pre-flight's
-            estimates allow) or a Ray cluster (``neuronc.pipeline.farm.RayExecutor``).
-
-    Raises:
-        ProfileError: a profile is invalid (exit 2), before anything is built.
-        BackendUnavailableError: a backend cannot run here (exit 5), before anything is built
-            (on a Ray cluster: that build fails, naming the node).
-        InvalidInputError: ``only`` matches no build.
-        KeyboardInterrupt: after the running build's staging directory is removed.
-    """
-    from neuronc.profile import expand_profile_paths, load_builds
-
-    commit = _commit_option(revision)
-    specs = load_builds(expand_profile_paths(paths))
-    if not specs:
-        raise InvalidInputError("no builds to compile")
-    with logging_to(log):
-        contexts: list[BuildContext | None] = [None] * len(specs)
-        if only:
-            contexts = list(select_builds(specs, only, commit))
-        elif commit is not None:
-            contexts = [resolve_build(spec, strict=False, commit=commit) for spec in specs]
-        selected = [c.spec for c in contexts if c is not None] if only else list(specs)
-        options = BuildOptions(
-            jobs=jobs or default_jobs(),
-            require_hit=require_hit,
-            progress=progress,
-            out_dir=Path(out_dir) if out_dir is not None else None,
-            out_subdir=len(selected) > 1,
-        )
-        if executor is None:
-            from neuronc.pipeline.local import LocalExecutor
-
-            executor = LocalExecutor()
-        return executor.run(selected, contexts, store=store, options=options, on_report=on_report or _ignore)
-
-
-def _ignore(report: BuildReport) -> None:
-    pass
-
-
-def _commit_option(revision: str | None) -> str | None:
-    """``--revision``: a 40-hex commit, or empty (a matrix entry of a local model has none)."""
-    if revision is None or not revision.strip():
-        return None
-    from neuronc.model.hfcache import COMMIT_RE
-
-    commit = revision.strip().lower()
-    if not COMMIT_RE.fullmatch(commit):
-        msg = f"--revision takes the 40-hex commit a matrix entry names (its `revision`), got {revision!r}"
-        raise InvalidInputError(msg, hint="`neuronc matrix PROFILE --format json` lists each build's revision")
-    return commit
 
 
 def build_one(

@@ -8,6 +8,7 @@ from neuronc.hardware import hbm_per_core
 from neuronc.preflight.estimate import (
     GIB,
     Estimate,
+    Fit,
     estimate,
     gib,
     host_ram_bytes,
@@ -20,6 +21,7 @@ __all__ = [
     "FAMILIES",
     "GIB",
     "Estimate",
+    "Fit",
     "ModelDims",
     "estimate",
     "gib",

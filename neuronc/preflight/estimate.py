@@ -31,6 +31,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import PreflightError
@@ -47,6 +48,15 @@ MIB = 1024**2
 SPLIT_BASE_BYTES = 300 * MIB
 # Above this share of HBM per core, activations and runtime scratch may not fit: warn.
 HBM_WARN_FRACTION = 0.9
+
+
+class Fit(StrEnum):
+    """Whether a build's device memory per core fits the target's HBM (``Estimate.status``)."""
+
+    FITS = "fits"
+    DOES_NOT_FIT = "does-not-fit"
+    UNKNOWN = "unknown"
+    NOT_APPLICABLE = "n/a"  # no device memory to check: CPU
 
 
 @dataclass
@@ -89,14 +99,14 @@ class Estimate:
         return self.device_per_core_bytes / self.hbm_per_core_bytes
 
     @property
-    def status(self) -> str:
-        """fits | does-not-fit | unknown | n/a (no device memory to check: CPU)."""
+    def status(self) -> Fit:
+        """Whether the device memory per core fits (``Fit``)."""
         if self.hbm_per_core_bytes is None and self.target == "cpu":
-            return "n/a"
+            return Fit.NOT_APPLICABLE
         fits = self.fits
         if fits is None:
-            return "unknown"
-        return "fits" if fits else "does-not-fit"
+            return Fit.UNKNOWN
+        return Fit.FITS if fits else Fit.DOES_NOT_FIT
 
     def summary(self) -> str:
         """One line with the numbers, for messages and tables."""
@@ -126,7 +136,7 @@ class Estimate:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "status": self.status,
+            "status": str(self.status),
             "fits": self.fits,
             "unknown_reason": self.unknown_reason,
             "target": self.target,

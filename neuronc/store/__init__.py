@@ -4,6 +4,14 @@
 default store), a ``RemoteStore`` for ``s3://`` and ``hf://``. Code above this package uses only the
 ``BundleStore`` interface (docs/remote-store.md, docs/architecture.md). Importing this package
 imports neither fsspec nor a cloud client: a remote store loads them on its first call.
+
+The remote store is ``remote_store`` (``RemoteStore``: lookup, publish, gc, verify), with
+``remote_url`` (store URLs, object names; imported by every store opening, so it stays light),
+``remote_io`` (the fsspec file system and its settings), ``remote_transfer`` (uploads and
+downloads with integrity checks), ``remote_fetch`` (a bundle into the local cache) and
+``remote_signatures``. They sit in this package, beside the interface (``_api``) and the local
+store (its cache) they build on: a ``remote/`` sub-package would import this package's modules
+while this package opens it, an import cycle between the two.
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ from neuronc.store._records import (
     StoreEntry,
     Verified,
 )
-from neuronc.store.local import STORE_ENV, LocalStore, Store, default_store_path, model_slug
-from neuronc.store.remote.url import (
+from neuronc.store.local import STORE_ENV, LocalStore, default_store_path, model_slug
+from neuronc.store.remote_url import (
     OBJECTS_DIR,
     StoreURL,
     default_cache_dir,
@@ -39,16 +47,16 @@ from neuronc.store.remote.url import (
 )
 
 if TYPE_CHECKING:
-    from neuronc.store.remote import DEFAULT_GC_GRACE_SECONDS, RemoteStore, UploadResult
-    from neuronc.store.remote.io import RemoteSettings
+    from neuronc.store.remote_io import RemoteSettings
+    from neuronc.store.remote_store import DEFAULT_GC_GRACE_SECONDS, RemoteStore, UploadResult
 
 # The remote store's modules (asyncio, thread pools, fsspec on first use) load only when a remote
 # name is asked for: a local store hit never imports them.
 _REMOTE_NAMES = {
-    "RemoteStore": "neuronc.store.remote.store",
-    "UploadResult": "neuronc.store.remote.store",
-    "DEFAULT_GC_GRACE_SECONDS": "neuronc.store.remote.store",
-    "RemoteSettings": "neuronc.store.remote.io",
+    "RemoteStore": "neuronc.store.remote_store",
+    "UploadResult": "neuronc.store.remote_store",
+    "DEFAULT_GC_GRACE_SECONDS": "neuronc.store.remote_store",
+    "RemoteSettings": "neuronc.store.remote_io",
 }
 
 
@@ -71,7 +79,7 @@ def open_store(
     if not text:
         origin, text = STORE_ENV, os.environ.get(STORE_ENV, "")
     if is_remote(text):
-        from neuronc.store.remote import RemoteStore
+        from neuronc.store.remote_store import RemoteStore
 
         return RemoteStore(text, cache_dir=cache_dir)
     if text.startswith("file://"):
@@ -84,7 +92,7 @@ def open_store(
 
 def verify_url(url: str, *, jobs: int | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Verified:
     """Verify one stored bundle named by its URL (``<store>/<model>/<toolchain>/<hash>``, as `store list` prints)."""
-    from neuronc.store.remote import RemoteStore
+    from neuronc.store.remote_store import RemoteStore
 
     store_url, rel = split_bundle_url(url)
     store = RemoteStore(store_url, cache_dir=cache_dir)
@@ -113,7 +121,6 @@ __all__ = [
     "Removed",
     "Repair",
     "RepairAction",
-    "Store",
     "StoreEntry",
     "StoreURL",
     "UploadResult",

@@ -162,8 +162,8 @@ class BundleStore(ABC):
         """
 
     @abstractmethod
-    def _discard(self, entry: StoreEntry) -> None:
-        """Remove one bundle (``remove`` has checked the key)."""
+    def discard(self, entry: StoreEntry) -> None:
+        """Remove one stored bundle (``remove`` checks the key first; a repair discards a broken one)."""
 
     def find(self, key: str) -> builtins.list[StoreEntry]:
         """Bundles matching a key: a config-hash prefix (4+ hex), ``HASH@TOOLCHAIN`` prefixes, or a relative path."""
@@ -198,7 +198,7 @@ class BundleStore(ABC):
         """Remove the bundle(s) a key names; raise if it names none, or several without ``all_matches``."""
         matches = self.select(key, all_matches=all_matches)
         for entry in matches:
-            self._discard(entry)
+            self.discard(entry)
         return matches
 
     def nearest(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
 from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
-from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, is_disk_full
+from neuronc.errors import DISK_FULL, BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, foreign_row
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import (
@@ -191,7 +191,7 @@ class LocalStore(BundleStore):
             probe.write_bytes(b"ok")
             probe.unlink()
         except OSError as exc:
-            if is_disk_full(exc):
+            if foreign_row(exc) is DISK_FULL:
                 from neuronc.fsutil import disk_full_error
 
                 raise disk_full_error(self.root, None, exc) from exc
@@ -348,7 +348,7 @@ class LocalStore(BundleStore):
             return [e for e in self.list() if Path(e.location).resolve() == target]
         return super().find(key)
 
-    def _discard(self, entry: StoreEntry) -> None:
+    def discard(self, entry: StoreEntry) -> None:
         self.discard_path(Path(entry.location))
 
     def discard_path(self, path: Path) -> None:
@@ -382,7 +382,7 @@ class LocalStore(BundleStore):
                 continue
             problems = checked.report.problems()
             size = tree_bytes(Path(entry.location))
-            self._discard(entry)
+            self.discard(entry)
             removed = [Removed(entry.location, size, "failed verification")]
             usable = source is not None and _same_keys(Path(source), entry.manifest) and verify_bundle(source).ok
             if usable and source is not None:
@@ -432,10 +432,6 @@ class LocalStore(BundleStore):
                 slug.rmdir()
 
 
-# The name every caller knows; ``LocalStore`` says which implementation of ``BundleStore`` it is.
-Store = LocalStore
-
-
 def _subdirs(path: Path, *, skip_hidden: bool = False) -> builtins.list[Path]:
     """Real (non-symlink) subdirectories, sorted; an unreadable or vanished directory has none."""
     try:
@@ -476,4 +472,4 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-__all__ = ["STORE_ENV", "LocalStore", "Store", "default_store_path", "model_slug"]
+__all__ = ["STORE_ENV", "LocalStore", "default_store_path", "model_slug"]

@@ -256,3 +256,160 @@ def test_the_calls_neuronc_makes_bind_the_real_api_and_the_export_reloads(
     assert reloaded.target == "trn1" and reloaded.continuous_batching is True
     assert reloaded.on_device_sampling is (options == "")
     assert result.extra["optimum_neuron"]["neuron_config"] == neuron_config_kwargs(spec)
+
+
+class _DirectoryHub:
+    """The Hub calls optimum-neuron 0.4.5's lookup makes (``HfApi.list_repo_tree`` and
+    ``HfApi.hf_hub_download``), answered from a directory that `neuronc cache synchronize --to` wrote:
+    a stand-in for the cache repository (no Hub is reachable here, and no local Hub server from PyPI
+    runs without a binary it does not ship)."""
+
+    def __init__(self, root: Path, repo_id: str) -> None:
+        self.root, self.repo_id = root, repo_id
+
+    def list_repo_tree(self, repo_id: str, path_in_repo: str = "", recursive: bool = False, **_: Any) -> Any:
+        from huggingface_hub.errors import EntryNotFoundError
+        from huggingface_hub.hf_api import RepoFile, RepoFolder
+
+        assert repo_id == self.repo_id
+        base = self.root / path_in_repo.strip("/")
+        if not base.is_dir():
+            raise EntryNotFoundError(f"{path_in_repo} not found")
+        for child in sorted(base.rglob("*") if recursive else base.iterdir()):
+            rel = child.relative_to(self.root).as_posix()
+            if child.is_dir():
+                yield RepoFolder(path=rel, oid="0" * 40, tree_id="0" * 40)
+            else:
+                yield RepoFile(path=rel, size=child.stat().st_size, oid="0" * 40, blob_id="0" * 40)
+
+    def hf_hub_download(self, repo_id: str, filename: str, local_dir: str | None = None, **_: Any) -> str:
+        import shutil
+
+        assert repo_id == self.repo_id and local_dir is not None
+        target = Path(local_dir) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.root / filename, target)
+        return str(target)
+
+
+def test_optimum_neurons_own_code_finds_what_cache_synchronize_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export through neuronc's ``compile_in_process`` (the real ``NxDNeuronConfig``, real transformers;
+    ``export`` leaves the configs and, as libneuronxla does, the compile-cache entries of its two
+    graphs), published with `cache synchronize`'s code into a directory. Then optimum-neuron 0.4.5:
+    its ``SingleModelCacheEntry`` built from the exported config and neuron config serialises to the
+    same bytes under the same hash and arch digest, and its ``get_hub_cached_entries`` finds the
+    entry for the model directory."""
+    import hashlib
+    import shutil
+
+    import huggingface_hub
+    from optimum.neuron import NeuronModelForCausalLM
+    from optimum.neuron.cache.entries.cache_entry import ModelCacheEntry
+    from optimum.neuron.cache.entries.single_model import SingleModelCacheEntry
+    from optimum.neuron.cache.hub_cache import get_hub_cached_entries
+    from optimum.neuron.models.inference.backend.config import NxDNeuronConfig
+    from optimum.neuron.utils.argument_utils import DTYPE_MAPPER
+    from optimum.neuron.utils.instance import normalize_instance_type
+    from transformers import AutoConfig
+
+    from neuronc.backends import get_backend
+    from neuronc.backends.base import CompileJob
+    from neuronc.hubcache.publish import BundlePublication, publication, write_tree
+
+    cache = tmp_path / "neuron-compile-cache"
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", str(cache))
+    real_get_neuron_config = inspect.signature(NeuronModelForCausalLM.get_neuron_config)
+    real_export = inspect.signature(NeuronModelForCausalLM.export)
+
+    def get_neuron_config(*args: Any, **kwargs: Any) -> Any:
+        bound = real_get_neuron_config.bind(*args, **kwargs).arguments
+        return NxDNeuronConfig(
+            batch_size=bound["batch_size"],
+            sequence_length=bound["sequence_length"],
+            tp_degree=bound["tensor_parallel_size"],
+            torch_dtype=DTYPE_MAPPER.pt(bound["config"].dtype),
+            target=normalize_instance_type(bound["instance_type"]),
+            on_device_sampling=True,
+            fused_qkv=True,
+            continuous_batching=bound["batch_size"] > 1,
+        )
+
+    def export(*args: Any, **kwargs: Any) -> _Exported:
+        bound = real_export.bind(*args, **kwargs).arguments
+        bound["config"].torch_dtype = bound["neuron_config"].torch_dtype  # as NxDPreTrainedModel._export
+        for graph in ("context_encoding", "token_generation"):
+            flags = ["--target", bound["neuron_config"].target, "--model-type=transformer", "--auto-cast=none"]
+            suffix = hashlib.md5(json.dumps(flags).encode()).hexdigest()[:8]
+            entry = (
+                cache
+                / f"neuronxcc-{NEURONXCC_VERSION}"
+                / f"MODULE_{hashlib.sha256(graph.encode()).hexdigest()[:20]}+{suffix}"
+            )
+            entry.mkdir(parents=True)
+            (entry / "compile_flags.json").write_text(json.dumps(flags))
+            (entry / "model.neff").write_bytes(b"NEFF " + graph.encode())
+            (entry / "model.done").write_bytes(b"")
+        return _Exported(bound["config"], bound["neuron_config"])
+
+    monkeypatch.setattr(NeuronModelForCausalLM, "get_neuron_config", staticmethod(get_neuron_config))
+    monkeypatch.setattr(NeuronModelForCausalLM, "export", staticmethod(export))
+    shutil.copytree(REPO / "profiles/models/tiny-llama", tmp_path / "model")
+    text = """
+    model: {id: ./model}
+    backend: optimum-neuron
+    target: inf2
+    tp_degree: 2
+    batch_size: 4
+    amp: fp32
+    sequence: {max_length: 128}
+    weights: on-load
+    """  # fp32: the checkpoint's own dtype, the one a 0.4.5 lookup digests (reference note §4.6)
+    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).builds[0]
+    backend = get_backend("optimum-neuron")
+    job = CompileJob(
+        spec=spec,
+        plan=backend.plan(spec),
+        checkpoint_dir=tmp_path / "model",
+        artifacts_dir=tmp_path / "bundle" / "artifacts",
+        logs_dir=tmp_path / "bundle" / "logs",
+        work_dir=tmp_path / "work",
+    )
+    job.artifacts_dir.mkdir(parents=True)
+    result = backend.compile_in_process(job)  # type: ignore[attr-defined]
+    recorded = result.extra["optimum_neuron"]["compile_cache"]
+    assert len(recorded["modules"]) == 2
+
+    model_id = "example-org/tiny-llama"
+    pub = publication(
+        BundlePublication(str(tmp_path / "bundle")),
+        job.artifacts_dir,
+        recorded,
+        task="text-generation",
+        model_id=model_id,
+    )
+    assert pub.publishable, pub.skipped
+    hub = tmp_path / "hub"
+    written = write_tree([pub], hub)
+    assert pub.registry_path in written and sum(p.endswith("model.neff") for p in written) == 2
+
+    # optimum-neuron's export-side entry, from the exported configs: the same file, name and folder.
+    config = AutoConfig.from_pretrained(job.artifacts_dir)
+    neuron_config = NxDNeuronConfig.from_pretrained(job.artifacts_dir)
+    theirs = SingleModelCacheEntry(model_id, "text-generation", config, neuron_config)
+    ours_text = (hub / pub.registry_path).read_text()
+    assert theirs.serialize() == ours_text
+    *_, digest, name = pub.registry_path.split("/")
+    assert (theirs.arch_digest(), theirs.hash + ".json") == (digest, name)
+    assert ModelCacheEntry.deserialize(ours_text).hash == theirs.hash
+
+    # optimum-neuron's lookup, for the model directory, reading the published tree as the cache repository.
+    repo = "example-org/neuron-cache-from-neuronc"
+    directory_hub = _DirectoryHub(hub, repo)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_tree", directory_hub.list_repo_tree)
+    monkeypatch.setattr(huggingface_hub.HfApi, "hf_hub_download", directory_hub.hf_hub_download)
+    found = get_hub_cached_entries(str(tmp_path / "model"), task="text-generation", cache_repo_id=repo)
+    assert [(e["batch_size"], e["sequence_length"], e["tp_degree"], e["torch_dtype"], e["target"]) for e in found] == [
+        (4, 128, 2, "float32", "trn1")
+    ]

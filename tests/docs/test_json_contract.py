@@ -37,6 +37,10 @@ class Case:
     process: str | None = None  # why the case must run as a fresh process (None: in this process)
 
 
+# The demo profile's build, as model flags (tests/test_compile_flags.py checks they mean the same key).
+FLAGS = ("--model", "models/tiny-llama", "--backend", "inductor", "--target", "cpu", "--amp", "fp32")
+FLAGS += ("--max-length", "128", "--context-buckets", "32,64", "--token-buckets", "128")
+
 CASES = [
     Case("validate", "validate", ("validate", "tiny-llama-cpu.yaml"), process="the console script, start to exit"),
     Case("validate-invalid", "validate", ("validate", "bad.yaml", "tiny-llama-cpu.yaml"), 2),
@@ -90,6 +94,14 @@ CASES = [
     Case("cache-lookup-profile", "cache-lookup", ("cache-lookup", "tiny-llama-cpu.yaml", "--snapshot", "{snapshot}")),
     Case("cache-lookup-offline", "cache-lookup", ("cache-lookup", "example-org/tiny-llama"), 6, "cache_miss"),
     Case("cache-mirror-offline", "cache-mirror", ("cache", "mirror", "mirror"), 6, "cache_miss"),
+    Case("cache-status", "cache-status", ("cache", "status", "--cache-dir", "models")),
+    Case("cache-cleanup", "cache-cleanup", ("cache", "cleanup", "--cache-dir", "models", "--dry-run")),
+    Case(
+        "cache-synchronize-nothing", "cache-synchronize", ("cache", "synchronize", "{neuron_bundle}", "--to", "hub"), 2
+    ),
+    Case("compile-dry-run", "compile-dry-run", ("compile", *FLAGS, "--dry-run", "--save-profile", "flags.yaml")),
+    Case("compile-flags-invalid", "compile-report", ("compile", *FLAGS, "--tp", "3", "--dry-run"), 2),
+    Case("compile-flags-and-profile", "compile-report", ("compile", "tiny-llama-cpu.yaml", *FLAGS), 2),
     Case("plan", "plan", ("plan", "tiny-llama-cpu.yaml")),
     Case("plan-invalid", "plan", ("plan", "bad.yaml"), 2, "profile_invalid"),
     Case("plan-traffic", "plan", ("plan", "tiny-llama-cpu.yaml", "--traffic", "traffic.jsonl")),
@@ -110,6 +122,8 @@ CASES = [
     Case("deploy-unknown-stack", "deploy", ("deploy", "bundle", "--for", "k8s"), 2),
     Case("profiles-list", "profiles-list", ("profiles", "list")),
     Case("profiles-copy", "profiles-copy", ("profiles", "copy", "tiny-llama-cpu", "copied")),
+    Case("profiles-new", "profiles-new", ("profiles", "new", "new.yaml", *FLAGS)),
+    Case("profiles-new-invalid", "profiles-new", ("profiles", "new", "new.yaml", "--model", "x"), 2, "invalid_input"),
     Case("profiles-copy-unknown", "profiles-copy", ("profiles", "copy", "no-such-profile"), 2, "invalid_input"),
 ]
 

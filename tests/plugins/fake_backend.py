@@ -1,6 +1,6 @@
 """A small backend registered like a third-party plugin, plus helpers that build real bundles with it.
 
-Only the backend is a double: bundles go through the real BundleWriter, reader and Store.
+Only the backend is a double: bundles go through the real BundleWriter, reader and LocalStore.
 Register it with ``register()`` (``plugins.registry.register_backend``), exactly as an
 installed package's ``neuronc.backends`` entry point would appear.
 """
@@ -19,7 +19,7 @@ from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, WeightsSourc
 from neuronc.keys import ConfigKey
 from neuronc.pipeline.context import resolve_build
 from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
-from neuronc.store import Store
+from neuronc.store import LocalStore
 from plugins.registry import register_backend
 
 NAME = "fake"
@@ -85,7 +85,7 @@ def make_spec(**overrides: Any) -> BuildSpec:
 def build_bundle(
     destination: Path | None = None,
     *,
-    store: Store | None = None,
+    store: LocalStore | None = None,
     spec: BuildSpec | None = None,
     shard_bytes: int = 8192,
     artifact_bytes: int = 4096,

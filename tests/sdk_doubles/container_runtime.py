@@ -6,19 +6,21 @@ inside it. What it models, from recorded facts (tests/fixtures/vllm_neuron/facts
 - images are known by ``repository:tag`` and ``repository@sha256:...``; ``image inspect --format
   '{{json .RepoDigests}}'`` prints the digests, or fails with docker's "No such image" message;
   ``pull`` adds an image the test's registry has; ``rm -f NAME`` succeeds;
-- ``run`` accepts ``--rm --name --network --workdir --user --userns --volume HOST:CTR[:ro] --env K=V``
-  and refuses any other flag (exit 125, as docker does); it runs only digest-pinned images it has;
+- ``run`` accepts ``--rm --name --network --workdir --user --userns --shm-size --entrypoint --volume
+  HOST:CTR[:ro] --env K=V`` and refuses any other flag (exit 125, as docker does); it runs only
+  digest-pinned images it has; ``--entrypoint X`` runs X with the arguments, as docker does;
   the DLC entrypoint runs its arguments as a command (``vllm_entrypoint.py``), so the command is
   run directly; container paths in arguments and ``--env`` values are mapped to their mounts'
-  host paths (longest mount first), and ``python`` is this interpreter; the environment is only
-  the ``--env`` values plus the image's packages: ``PYTHONPATH`` holds the SDK doubles and
+  host paths (longest mount first), and ``python``/``python3`` is this interpreter; the environment is
+  only the image's ``env`` (its ENV lines), then the ``--env`` values, plus the image's packages: ``PYTHONPATH`` holds the SDK doubles and
   distribution metadata at the versions the image ships, and ``NEURONC_FAKE_MOUNTS`` lists the
   mounts so that the ``vllm`` double can open the container paths a job file names (the one thing
   a process in a real container would see that this one cannot). A read-only mount is recorded, and
   the command's writes under it are refused afterwards (the tree must be unchanged).
 
 State lives in the JSON file ``NEURONC_FAKE_RUNTIME_STATE``: ``images`` (local), ``registry``
-(pullable), each ``{"digest": "sha256:...", "packages": {dist: version}}``, and ``calls``, every
+(pullable), each ``{"digest": "sha256:...", "packages": {dist: version}, "env": {name: value}}`` (env
+optional), and ``calls``, every
 invocation's argv (the tests read it).
 """
 
@@ -90,16 +92,20 @@ def pull(state: dict[str, Any], reference: str) -> int:
 def run(state: dict[str, Any], args: list[str]) -> int:
     mounts: list[tuple[str, str, bool]] = []
     env: dict[str, str] = {}
+    entrypoint: list[str] = []
     i = 0
     while i < len(args) and args[i].startswith("--"):
         flag = args[i]
         if flag == "--rm":
             i += 1
             continue
-        if flag not in ("--name", "--network", "--workdir", "--user", "--userns", "--volume", "--env"):
+        known = ("--name", "--network", "--workdir", "--user", "--userns", "--shm-size", "--entrypoint", "--volume")
+        if flag not in (*known, "--env"):
             print(f"unknown flag: {flag}", file=sys.stderr)
             return 125
         value = args[i + 1]
+        if flag == "--entrypoint":
+            entrypoint = [value]
         if flag == "--volume":
             host, container, *mode = value.split(":")
             mounts.append((host, container, mode == ["ro"]))
@@ -107,7 +113,7 @@ def run(state: dict[str, Any], args: list[str]) -> int:
             key, _, val = value.partition("=")
             env[key] = val
         i += 2
-    image_ref, command = args[i], args[i + 1 :]
+    image_ref, command = args[i], [*entrypoint, *args[i + 1 :]]
     if "@sha256:" not in image_ref:
         print(f"neuronc must run images by digest, got {image_ref}", file=sys.stderr)
         return 125
@@ -129,13 +135,14 @@ def run(state: dict[str, Any], args: list[str]) -> int:
             info = Path(dists) / f"{name.replace('-', '_')}-{version}.dist-info"
             info.mkdir()
             (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        inside = {key: host_path(value) for key, value in env.items()}
+        inside = {str(k): str(v) for k, v in dict(image.get("env") or {}).items()}
+        inside.update({key: host_path(value) for key, value in env.items()})
         inside["PATH"] = os.environ.get("PATH", "")
         inside["PYTHONPATH"] = os.pathsep.join([str(SITE), dists])
         inside["NEURONC_FAKE_MOUNTS"] = json.dumps([[container, host] for host, container, _ in ordered])
         if "NEURONC_SDK_DOUBLE_FAIL" in os.environ:  # the tests' switch for the doubles, not the image's
             inside["NEURONC_SDK_DOUBLE_FAIL"] = os.environ["NEURONC_SDK_DOUBLE_FAIL"]
-        argv = [sys.executable if a == "python" else host_path(a) for a in command]
+        argv = [sys.executable if a in ("python", "python3") else host_path(a) for a in command]
         before = {host: tree_digest(Path(host)) for host, _, ro in mounts if ro}
         state.setdefault("calls", []).append({"run": args, "env": env, "mounts": mounts})
         save(state)

@@ -195,14 +195,16 @@ class FakeRuntime:
     def write(self, state: dict[str, Any]) -> None:
         self.state_file.write_text(json.dumps(state, indent=1), encoding="utf-8")
 
-    def add_image(self, reference: str, packages: dict[str, str], *, local: bool = True) -> str:
-        """Put an image in the local store (or only in the registry); returns its digest."""
-        content = reference.encode() + json.dumps(packages, sort_keys=True).encode()
+    def add_image(
+        self, reference: str, packages: dict[str, str], *, local: bool = True, env: dict[str, str] | None = None
+    ) -> str:
+        """Put an image (its packages and ENV lines) in the local store (or only in the registry); returns its digest."""
+        content = reference.encode() + json.dumps([packages, env or {}], sort_keys=True).encode()
         digest = "sha256:" + hashlib.sha256(content).hexdigest()
         state = self.state()
-        state["registry"][reference] = {"digest": digest, "packages": packages}
+        state["registry"][reference] = {"digest": digest, "packages": packages, "env": env or {}}
         if local:
-            state["images"][reference] = {"digest": digest, "packages": packages}
+            state["images"][reference] = {"digest": digest, "packages": packages, "env": env or {}}
         self.write(state)
         return digest
 

@@ -62,9 +62,9 @@ def weight_files(directory: Path) -> list[Path]:
 
 def weight_shapes(path: Path) -> dict[str, list[int]]:
     """Tensor name -> shape from a safetensors header (validated; CheckpointError when damaged)."""
-    from neuronc.checkpoint._safetensors import read_header
+    from neuronc.checkpoint import read_safetensors_header
 
-    return {entry.name: list(entry.shape) for entry in read_header(path).entries}
+    return {entry.name: list(entry.shape) for entry in read_safetensors_header(path).entries}
 
 
 def missing_constants(graph_meta: Mapping[str, Any], shapes: Mapping[str, list[int]]) -> list[str]:

@@ -213,11 +213,6 @@ def kv_shape(config: Any, batch: int, max_length: int) -> tuple[int, int, int, i
     return (batch, kv_heads, max_length, head_dim)
 
 
-def new_kv(config: Any, batch: int, max_length: int, dtype: Any) -> list[Any]:
-    shape = kv_shape(config, batch, max_length)
-    return [torch.zeros(shape, dtype=dtype) for _ in range(2 * config.num_hidden_layers)]
-
-
 def input_specs(config: Any, role: str, batch: int, bucket: int, max_length: int, dtype: Any) -> list[dict[str, Any]]:
     """Name, shape and dtype of every graph input, in call order (recorded in the graph's metadata)."""
     if role == ROLE_CONTEXT:

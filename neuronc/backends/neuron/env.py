@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from neuronc import compile_cache
 from neuronc.hardware import lnc
 from neuronc.keys import CACHE_LOCATION_FLAGS
 
@@ -61,9 +62,7 @@ NEURON_EXTRA_INDEX = "https://pip.repos.neuron.amazonaws.com"
 # cpu_compilation.md, aws-neuron/aws-neuron-sdk).
 PLATFORM_TARGET: dict[str, str] = {"inf2": "trn1", "trn1": "trn1", "trn1n": "trn1", "trn2": "trn2", "trn3": "trn3"}
 
-# libneuronxla's default persistent cache (aws-neuron/aws-neuron-sdk
-# about-neuron/arch/neuron-features/neuron-caching.rst).
-DEFAULT_COMPILE_CACHE = "/var/tmp/neuron-compile-cache"
+DEFAULT_COMPILE_CACHE = compile_cache.DEFAULT_COMPILE_CACHE
 PRODUCT_NAME = Path("/sys/devices/virtual/dmi/id/product_name")
 
 

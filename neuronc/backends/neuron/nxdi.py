@@ -59,7 +59,7 @@ from neuronc.backends.neuron.files import (
 )
 from neuronc.backends.neuron.nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
 from neuronc.backends.neuron.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.errors import MISSING_LIBRARY, EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hardware import chip
 from neuronc.hfcompat import legacy_rope_fields
 from neuronc.keys import CompilerFlagsMode
@@ -282,13 +282,15 @@ class NxdiBackend(NeuronBackend):
         options = NxdiOptions.model_validate(spec.options)
         model_type = model_type_of(job.checkpoint_dir)
         module_name, class_name = model_class_for(model_type, options.model_class)
+        since = FIRST_RELEASE.get(model_type)
+        hint = f"{class_name} is in NxD Inference from {since}" if since else "check options.model_class"
+        missing = f"{module_name}:{class_name} is not in this NxD Inference"
         try:
             model_cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as exc:
-            since = FIRST_RELEASE.get(model_type)
-            msg = f"{module_name}:{class_name} is not in this NxD Inference ({exc})"
-            hint = f"{class_name} is in NxD Inference from {since}" if since else "check options.model_class"
-            raise EnvironmentIncompatibleError(msg, hint=hint) from None
+        except ImportError as exc:
+            raise MISSING_LIBRARY.convert(exc, missing, hint=hint) from None
+        except AttributeError:
+            raise EnvironmentIncompatibleError(missing, hint=hint) from None
         from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
 
         kwargs = neuron_config_kwargs(spec)

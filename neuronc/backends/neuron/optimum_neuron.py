@@ -12,6 +12,7 @@ weights mode says) is ``artifacts/``: ``NeuronModelForCausalLM.from_pretrained``
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ from neuronc.backends.neuron.files import (
     is_hub_id,
 )
 from neuronc.backends.neuron.optimum_fields import OptimumNeuronOptions
+from neuronc.compile_cache import complete_modules
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack
 
@@ -266,11 +268,15 @@ class OptimumNeuronBackend(NeuronBackend):
             setattr(neuron_config, key, dtype if key == "torch_dtype" else value)
         out = job.artifacts_dir
         task = job.progress.task("optimum-neuron: export", total=len(job.plan.graphs))
+        cache_dir = os.environ.get("NEURON_COMPILE_CACHE_URL")
+        cached_before = complete_modules(cache_dir)
         start = time.monotonic()
         model = NeuronModelForCausalLM.export(
             model_id=ckpt, neuron_config=neuron_config, config=config, load_weights=False
         )
         seconds = time.monotonic() - start
+        # The compile-cache entries this export compiled: what `neuronc cache synchronize` publishes.
+        compiled = sorted(complete_modules(cache_dir) - cached_before)
         task.advance(len(job.plan.graphs))
         bundled: list[str] = []
         if spec.weights == "presharded":
@@ -292,6 +298,7 @@ class OptimumNeuronBackend(NeuronBackend):
                 "reproduce": reproduce_snippet(spec, "<bundle>/artifacts"),
                 "weights": spec.weights,
                 "files_from_checkpoint": bundled,
+                "compile_cache": {"cache_dir": cache_dir, "modules": compiled},
             },
             "neuron_env": recorded_env(),
             "timing": "one export() call builds both graphs; per-graph seconds are its total split evenly",

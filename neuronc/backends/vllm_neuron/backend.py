@@ -47,7 +47,7 @@ from neuronc.backends.vllm_neuron.engine import (
     plan_graphs,
     serve_env,
 )
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, default_route
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
@@ -248,8 +248,15 @@ def serve_snippet(bundle_dir: str, info: dict[str, Any]) -> str:
     import shlex
 
     args = [str(a) for a in info.get("engine_args") or []]
-    kv = {str(k): str(v) for k, v in dict(info.get("kv_sizing_env") or {}).items()}
-    env = serve_env(int(info.get("logical_nc_config") or 2), kv)
+    recorded = {str(k): str(v) for k, v in dict(info.get("kv_sizing_env") or {}).items()}
+    recorded.update({str(k): str(v) for k, v in dict(info.get("compile_env") or {}).items()})
+    plugin = str(info.get("plugin") or "")
+    env = serve_env(
+        logical_nc_config=int(info.get("logical_nc_config") or 2),
+        plugin=plugin,
+        route=str(info.get("route") or default_route(plugin)),
+        recorded_env=recorded,
+    )
     cache = shlex.quote(f"{bundle_dir}/{CACHE_DIR}")
     root = f'"${CACHE_ROOT_ENV}"'
     return "\n".join(

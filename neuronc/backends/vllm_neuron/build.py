@@ -37,13 +37,20 @@ from neuronc.backends.vllm_neuron.engine import (
     logical_nc,
 )
 from neuronc.backends.vllm_neuron.facts import (
+    BLOCKS_OVERRIDE,
     CACHE_ROOT_ENV,
     CPU_COMPILE_ENV,
+    FAIL_ON_MISS_ENV,
     KV_SIZING_ENV,
     LNC_ENV,
+    RECORDED_ENV_PREFIXES,
+    ROUTE_ENV,
     TARGET_ENV,
+    default_route,
+    env_value_problem,
     plugin_env,
 )
+from neuronc.backends.vllm_neuron.localfs import local_cache_root
 from neuronc.backends.vllm_neuron.runner import (
     Mount,
     Runtime,
@@ -53,7 +60,7 @@ from neuronc.backends.vllm_neuron.runner import (
     remove_container,
 )
 from neuronc.backends.worker import Workers
-from neuronc.errors import CompileError, EnvironmentIncompatibleError, log_tail
+from neuronc.errors import CompileError, EnvironmentIncompatibleError, InvalidInputError, log_tail
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -82,20 +89,54 @@ class RunnerPlan:
         return data
 
 
-def compile_env(spec: BuildSpec, plugin: str, cache_root: str, jobs: int) -> dict[str, str]:
-    """The variables of the compile: CPU compile mode for the build's target and LNC, a staging cache."""
+# Runtime placement on the serving host (which NeuronCores): the host's to choose, never replayed.
+PLACEMENT_ENV = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES")
+
+
+def route(plugin: str, environ: Mapping[str, str] | None = None) -> str:
+    """The compile route: ``VLLM_NEURON_BACKEND`` as set here, else the plugin line's default, so that the
+    compile and the server both set it explicitly (2.33's Precompile Cache is off while it is unset)."""
+    env = os.environ if environ is None else environ
+    return env.get(ROUTE_ENV) or default_route(plugin)
+
+
+def recorded_env(plugin: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every ``VLLM_NEURON_*`` / ``NEURON_*`` variable set here that can change what is compiled: the
+    manifest records them and the serve lines replay them. Not the ones neuronc sets for the compile
+    itself (CPU compile, target, LNC, route, workers), the no-compile switches (the server sets them)
+    or the runtime's core placement. A value no serving file can carry is refused (exit 2)."""
+    env = os.environ if environ is None else environ
     names = plugin_env(plugin)
-    env = {
-        CPU_COMPILE_ENV: "1",
-        TARGET_ENV: platform_target(spec.target),
-        LNC_ENV: str(logical_nc(spec)),
-        CACHE_ROOT_ENV: cache_root,
-        names.parallel_workers: str(max(1, jobs)),
-        # Everything it reads is in the bundle: never the network.
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
-    env.update(kv_sizing_env())
+    own = {CPU_COMPILE_ENV, TARGET_ENV, LNC_ENV, ROUTE_ENV, FAIL_ON_MISS_ENV, names.disable_graph_capture}
+    own |= {names.parallel_workers, *PLACEMENT_ENV}
+    kept = {k: v for k, v in env.items() if k.startswith(RECORDED_ENV_PREFIXES) and k not in own}
+    for key, value in kept.items():
+        problem = env_value_problem(key, value)
+        if problem is not None:
+            raise InvalidInputError(
+                f"{key} in this environment {problem}", hint=f"unset {key} or give it a plain value"
+            )
+    return dict(sorted(kept.items()))
+
+
+def compile_env(spec: BuildSpec, plugin: str, cache_root: str, jobs: int) -> dict[str, str]:
+    """The variables of the compile: this environment's recorded ones, CPU compile mode for the build's
+    target and LNC, the route, a staging cache."""
+    names = plugin_env(plugin)
+    env = recorded_env(plugin)
+    env.update(
+        {
+            CPU_COMPILE_ENV: "1",
+            TARGET_ENV: platform_target(spec.target),
+            LNC_ENV: str(logical_nc(spec)),
+            ROUTE_ENV: route(plugin),
+            CACHE_ROOT_ENV: cache_root,
+            names.parallel_workers: str(max(1, jobs)),
+            # Everything it reads is in the bundle: never the network.
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+    )
     return env
 
 
@@ -114,12 +155,21 @@ def _write_log_header(log: Path, cmd: list[str], env: Mapping[str, str]) -> None
 
 def run_compile(job: CompileJob, plan: RunnerPlan) -> CompileResult:
     """Copy the checkpoint in, run the engine where ``plan`` says, collect the cache into the bundle."""
-    spec = job.spec
     for directory in (job.work_dir, job.logs_dir, job.artifacts_dir):
         directory.mkdir(parents=True, exist_ok=True)
     checkpoint = job.artifacts_dir / "checkpoint"
-    copy_checkpoint(job.checkpoint_dir, checkpoint, with_config=True)
-    cache_root = job.work_dir / "vllm-cache"
+    cache_root, temporary = local_cache_root(job.work_dir)  # before anything is copied or compiled
+    try:
+        copy_checkpoint(job.checkpoint_dir, checkpoint, with_config=True)
+        return _compile_into(job, plan, checkpoint, cache_root)
+    finally:
+        if temporary:
+            shutil.rmtree(cache_root, ignore_errors=True)
+
+
+def _compile_into(job: CompileJob, plan: RunnerPlan, checkpoint: Path, cache_root: Path) -> CompileResult:
+    """Run the engine with ``cache_root`` (on a local filesystem) as its cache; collect it into the bundle."""
+    spec = job.spec
     shutil.rmtree(cache_root, ignore_errors=True)
     cache_root.mkdir(parents=True)
     (job.work_dir / "home").mkdir(exist_ok=True)
@@ -146,13 +196,24 @@ def run_compile(job: CompileJob, plan: RunnerPlan) -> CompileResult:
         pinned = pinned_image(plan.runtime, plan.reference, allow_pull=pull_allowed(), log=log, env=os.environ)
         name = f"neuronc-vllm-neuron-{os.getpid()}-{secrets.token_hex(4)}"
         mounts = [Mount(job.work_dir, CONTAINER_WORK), Mount(checkpoint, model_path, read_only=True)]
+        if cache_root != job.work_dir / "vllm-cache":  # staged off a remote work directory
+            mounts.append(Mount(cache_root, f"{CONTAINER_WORK}/vllm-cache"))
         command = [
             "python",
             f"{CONTAINER_WORK}/{SCRIPT}",
             f"{CONTAINER_WORK}/job.json",
             f"{CONTAINER_WORK}/result.json",
         ]
-        cmd = container_argv(plan.runtime, pinned, command, mounts=mounts, env=env, name=name, workdir=CONTAINER_WORK)
+        cmd = container_argv(
+            plan.runtime,
+            pinned,
+            command,
+            mounts=mounts,
+            env=env,
+            name=name,
+            workdir=CONTAINER_WORK,
+            tp_degree=spec.tp_degree,
+        )
         _write_log_header(log, cmd, {})
         try:
             with log.open("ab") as out:
@@ -181,11 +242,14 @@ def run_compile(job: CompileJob, plan: RunnerPlan) -> CompileResult:
     versions = {str(k): (str(v) if v is not None else None) for k, v in dict(outcome.get("versions") or {}).items()}
     if plan.image is not None:
         _check_image_versions(plan, versions)
+    blocks = _kv_blocks(outcome, kwargs, log)
     entries = collect(cache_root, job.artifacts_dir / "vllm-cache")
     task.advance(len(job.plan.graphs))
     task.done()
     seconds = float(outcome["seconds"])
-    recorded_kwargs = {**kwargs, "model": CHECKPOINT_DIR, "tokenizer": CHECKPOINT_DIR}
+    # The server gets the block count the compile sized (or was given): the KV shape is in every graph.
+    pinned_kwargs = {**kwargs, BLOCKS_OVERRIDE: blocks}
+    recorded_kwargs = {**pinned_kwargs, "model": CHECKPOINT_DIR, "tokenizer": CHECKPOINT_DIR}
     runner = plan.to_json()
     if pinned is not None:
         runner["pinned"] = pinned
@@ -204,13 +268,32 @@ def run_compile(job: CompileJob, plan: RunnerPlan) -> CompileResult:
             "cache_keys": [e.key for e in entries],
             "cache_entries": [e.to_json() for e in entries],
             "engine_kwargs": recorded_kwargs,
-            "engine_args": engine_cli(kwargs),
+            "engine_args": engine_cli(pinned_kwargs),
             "kv_sizing_env": kv_sizing_env(),
+            "route": env[ROUTE_ENV],
+            "num_gpu_blocks": blocks,
+            "compile_env": recorded_env(plan.plugin),
             "versions_in_runner": versions,
         },
         "timing": "the engine compiles every bucket in one warm-up; per-graph seconds are its total split evenly",
     }
     return CompileResult(graphs=even_split(job.plan.graphs, CACHE_DIR, seconds), extra=extra)
+
+
+def _kv_blocks(outcome: Mapping[str, Any], kwargs: Mapping[str, Any], log: Path) -> int:
+    """The KV block count the engine reported: the override when the profile gave one (it must be that)."""
+    blocks = outcome.get("num_gpu_blocks")
+    given = kwargs.get(BLOCKS_OVERRIDE)
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise CompileError(
+            "the vllm-neuron engine reported no KV block count (vllm_config.cache_config.num_gpu_blocks)",
+            hint=f"set options.num_gpu_blocks_override in the profile to pin it; the compile log is {log}",
+            log_path=str(log),
+        )
+    if given is not None and blocks != given:
+        msg = f"the engine sized {blocks} KV blocks although num_gpu_blocks_override was {given}"
+        raise CompileError(msg, hint=f"see {log}", log_path=str(log))
+    return blocks
 
 
 def _check_image_versions(plan: RunnerPlan, found: Mapping[str, str | None]) -> None:
@@ -226,4 +309,13 @@ def _check_image_versions(plan: RunnerPlan, found: Mapping[str, str | None]) -> 
         raise EnvironmentIncompatibleError(msg, details=wrong, hint="use the release's own image (unset the override)")
 
 
-__all__ = ["COMPILE_LOG", "RunnerPlan", "compile_env", "kv_sizing_env", "run_compile"]
+__all__ = [
+    "COMPILE_LOG",
+    "PLACEMENT_ENV",
+    "RunnerPlan",
+    "compile_env",
+    "kv_sizing_env",
+    "recorded_env",
+    "route",
+    "run_compile",
+]

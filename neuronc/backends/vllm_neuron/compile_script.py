@@ -10,8 +10,9 @@ Constructing ``vllm.LLM(**engine_kwargs)`` initialises the engine, and the plugi
 bucket while it warms up, writing each NEFF into ``$VLLM_CACHE_ROOT/neuron/compile_cache/<key>/``
 (vllm-neuron docs/design/compilation/cpu_compilation.md: "Pre-compiling NEFFs on CPU for later
 device execution"). Nothing is generated: CPU compile mode cannot run the model. The result file
-holds the versions installed where this ran (read from package metadata) and the seconds it took;
-on failure, the error.
+holds the versions installed where this ran (read from package metadata), the seconds it took and
+the KV block count the engine sized (``llm_engine.vllm_config.cache_config.num_gpu_blocks``, which
+vLLM's client fills from its engine cores, vLLM 0.21 ``vllm/v1/engine/utils.py``); on failure, the error.
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ def installed_versions() -> dict[str, str | None]:
     return versions
 
 
+def _num_gpu_blocks(engine: object) -> int | None:
+    """The KV block count the engine sized, or None where this vLLM does not say."""
+    node: object = engine
+    for name in ("llm_engine", "vllm_config", "cache_config", "num_gpu_blocks"):
+        node = getattr(node, name, None)
+    return node if isinstance(node, int) and not isinstance(node, bool) else None
+
+
 def main(argv: list[str]) -> int:
     job_file, result_file = argv[0], argv[1]
     with open(job_file, encoding="utf-8") as f:
@@ -45,6 +54,7 @@ def main(argv: list[str]) -> int:
     try:
         vllm = importlib.import_module("vllm")
         engine = vllm.LLM(**job["engine_kwargs"])
+        blocks = _num_gpu_blocks(engine)
         del engine
     except Exception as exc:  # the process boundary: the caller reports what the engine raised
         traceback.print_exc()
@@ -52,7 +62,7 @@ def main(argv: list[str]) -> int:
         with open(result_file, "w", encoding="utf-8") as f:
             json.dump(outcome, f)
         return 1
-    outcome = {"seconds": round(time.monotonic() - started, 3), "versions": versions}
+    outcome = {"seconds": round(time.monotonic() - started, 3), "versions": versions, "num_gpu_blocks": blocks}
     with open(result_file, "w", encoding="utf-8") as f:
         json.dump(outcome, f)
     return 0

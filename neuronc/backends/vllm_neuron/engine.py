@@ -19,7 +19,11 @@ Profile -> vLLM (``EngineArgs`` fields) and ``--additional-config '{"neuron_conf
   -> ``max_num_batched_tokens`` (which the largest bucket must equal);
 - ``sequence.token_buckets`` below ``max_length`` -> ``decode_context_length_buckets`` (ascending,
   below ``max_model_len``, multiples of 128; none when the only token bucket is ``max_length``);
-- ``tp_degree`` -> ``tensor_parallel_size``; ``amp`` -> ``dtype``.
+- ``tp_degree`` -> ``tensor_parallel_size``; ``amp`` -> ``dtype``;
+- ``options.num_gpu_blocks_override`` -> ``num_gpu_blocks_override``. Without it the compile sizes the
+  KV cache (CPU compile: from a static per-target HBM figure; the device: from runtime memory stats,
+  design/vllm/determine_available_memory_design.md), and the count it sized is recorded and passed as
+  ``--num-gpu-blocks-override`` where the bundle is served, so both agree on every graph's shape.
 """
 
 from __future__ import annotations
@@ -31,7 +35,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN, GraphSpec, SpecProblem
-from neuronc.backends.vllm_neuron.facts import BUCKET_KEYS, DECODE_BUCKET_MULTIPLE, FAIL_ON_MISS_ENV, LNC_ENV
+from neuronc.backends.vllm_neuron.facts import (
+    BLOCKS_OVERRIDE,
+    BUCKET_KEYS,
+    DECODE_BUCKET_MULTIPLE,
+    FAIL_ON_MISS_ENV,
+    LNC_ENV,
+    ROUTE_ENV,
+    plugin_env,
+)
 from neuronc.hardware import lnc
 from neuronc.spec import PositiveInt, StrictModel
 
@@ -60,6 +72,11 @@ class VllmNeuronOptions(StrictModel):
     )
     block_size: PositiveInt | None = Field(default=None, description="vLLM KV block size (default: vLLM's)")
     enable_prefix_caching: bool | None = Field(default=None, description="vLLM prefix caching (default: on)")
+    num_gpu_blocks_override: PositiveInt | None = Field(
+        default=None,
+        description="KV cache blocks (shapes every graph); default: the count the compile sizes, recorded and "
+        "passed to the server",
+    )
     neuron_config: dict[str, Any] = Field(
         default_factory=dict,
         description="more additional_config.neuron_config keys (e.g. on_device_sampling_config); not the buckets",
@@ -121,13 +138,24 @@ def engine_kwargs(spec: BuildSpec, checkpoint: str) -> dict[str, Any]:
         kwargs["block_size"] = options.block_size
     if options.enable_prefix_caching is not None:
         kwargs["enable_prefix_caching"] = options.enable_prefix_caching
+    if options.num_gpu_blocks_override is not None:
+        kwargs[BLOCKS_OVERRIDE] = options.num_gpu_blocks_override
     return kwargs
 
 
-def serve_env(logical_nc_config: int, kv_sizing_env: Mapping[str, str]) -> dict[str, str]:
-    """The served engine's variables (but ``VLLM_CACHE_ROOT``, a writable copy made at start): a cache
-    miss is fatal, the compiled LNC, and the KV sizing the compile ran with (it shapes every NEFF)."""
-    return {FAIL_ON_MISS_ENV: "1", LNC_ENV: str(logical_nc_config), **kv_sizing_env}
+def serve_env(*, logical_nc_config: int, plugin: str, route: str, recorded_env: Mapping[str, str]) -> dict[str, str]:
+    """The served engine's variables (but ``VLLM_CACHE_ROOT``, a writable copy made at start): the
+    compile's recorded ``VLLM_NEURON_*`` / ``NEURON_*`` variables (KV sizing included: it shapes every
+    NEFF), then the route and the LNC as compiled, and both no-compile switches: a cache miss is fatal
+    (``VLLM_NEURON_DISABLE_WARMUP_COMPILE``) and no graph is captured (the line's
+    ``*_DISABLE_GRAPH_CAPTURE_BACKEND``), cpu_compilation.md."""
+    return {
+        **recorded_env,
+        ROUTE_ENV: route,
+        LNC_ENV: str(logical_nc_config),
+        FAIL_ON_MISS_ENV: "1",
+        plugin_env(plugin).disable_graph_capture: "1",
+    }
 
 
 def engine_cli(kwargs: Mapping[str, Any]) -> list[str]:

@@ -16,6 +16,19 @@ checks that the two agree. The sources, in short:
 - KV sizing parity between CPU compile and the device: ``design/vllm/determine_available_memory_design.md``
   (KV block count from the static HBM size, ``gpu_memory_utilization`` and
   ``VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION``; the KV shape is part of every NEFF).
+- The route (``VLLM_NEURON_BACKEND``): the 0.21 line's ``vllm_neuron/__init__.py`` ``register()``
+  ("vllm_neuron" the default, "neuron_native") and ``envs.is_native_backend`` (jinhuang12/vllm-neuron
+  @0bae3e9c); 2.33 makes "neuron_native" the default and turns its Precompile Cache on only when the
+  variable is set explicitly (vllm-neuron docs guides/how-to-precompile-cache, as read for
+  ../shared/reference/neuron-stack-2026.md). The second no-compile switch, ``*_DISABLE_GRAPH_CAPTURE_BACKEND``
+  ("used when remote cache already has the compiled artifacts", 0.21 ``envs.py``, Infinity-AI-Institute
+  @1d15e568), and ``VLLM_NEURON_DISABLE_WARMUP_COMPILE`` together: cpu_compilation.md.
+- Remote filesystems: the 0.21 line's ``envs._path_is_remote_filesystem`` (jinhuang12 @0bae3e9c) calls
+  ``stat -f -c %T`` and treats ``nfs*`` and ``lustre`` as remote, "incompatible with FileLock semantics".
+- The KV block count: vLLM 0.21 ``vllm/v1/engine/utils.py`` (``wait_for_engine_startup``) copies the
+  engine cores' ``num_gpu_blocks`` into the client's ``vllm_config.cache_config``; ``num_gpu_blocks_override``
+  (``--num-gpu-blocks-override``, an EngineArgs field in 0.16-0.29, tests/fixtures/vllm_neuron/engine_args.json)
+  replaces the sized count (memory-design.md: the KV shape is part of every graph).
 - DLC images: aws-neuron/deep-learning-containers ``vllm/inference/<v>/Dockerfile.neuronx``
   (``ENTRYPOINT ["python", "/usr/local/bin/vllm_entrypoint.py"]``, which runs its arguments;
   ``EXPOSE 8080 8081``; ``HEALTHCHECK CMD curl --fail http://localhost:8080/ping``).
@@ -47,6 +60,15 @@ FAIL_ON_MISS_ENV = "VLLM_NEURON_DISABLE_WARMUP_COMPILE"
 LNC_ENV = "NEURON_LOGICAL_NC_CONFIG"
 # Read at compile and at serve time to size the KV cache; the NEFFs hit only when they agree.
 KV_SIZING_ENV = ("VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION", "VLLM_NEURON_MIN_KV_BUDGET_GIB")
+# The compile route; set explicitly at compile and at serve (2.33's Precompile Cache is off when unset).
+ROUTE_ENV = "VLLM_NEURON_BACKEND"
+# The variables of a compile environment that can change what the plugin compiles: every one of them
+# set where the compile ran is recorded and replayed where the bundle is served.
+RECORDED_ENV_PREFIXES = ("VLLM_NEURON_", "NEURON_")
+# Filesystem types (as ``stat -f -c %T`` and /proc/self/mountinfo name them) the plugin refuses.
+REMOTE_FS_PREFIXES = ("nfs", "lustre")
+# vLLM's EngineArgs field that pins the KV block count (``--num-gpu-blocks-override``).
+BLOCKS_OVERRIDE = "num_gpu_blocks_override"
 
 
 @dataclass(frozen=True)
@@ -75,14 +97,40 @@ PLUGIN_ENV: dict[str, PluginEnv] = {
 }
 
 
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
+
+
+def env_value_problem(name: str, value: str) -> str | None:
+    """Why a recorded variable cannot reach a serving file (shell, env file, YAML), or None: printable
+    ASCII only, no ``$`` or backtick (expansions in sh and compose files), at most 4096 characters."""
+    if not _ENV_NAME.fullmatch(name):
+        return "is not a plain variable name"
+    if len(value) > 4096 or any(not " " <= c <= "~" or c in "$`" for c in value):
+        return "holds characters no serving file can carry (only printable ASCII, no $ or `)"
+    return None
+
+
+def plugin_line(plugin_version: str) -> int:
+    """The plugin's minor line: ``0.21.0.1.0.0`` -> 21; anything not ``0.x`` -> 99."""
+    major, _, rest = plugin_version.partition(".")
+    try:
+        return int(rest.partition(".")[0] or 0) if major == "0" else 99
+    except ValueError:
+        return 0
+
+
+def default_route(plugin_version: str) -> str:
+    """The route the plugin takes when ``VLLM_NEURON_BACKEND`` is unset: the XLA route ("vllm_neuron")
+    before 0.29 (SDK 2.33), the native route after."""
+    return "neuron_native" if plugin_line(plugin_version) >= 29 else "vllm_neuron"
+
+
 def plugin_env(plugin_version: str) -> PluginEnv:
     """The variable names of a plugin version (``0.21.0.1.0.0`` -> the 0.21 names; 0.24 and later the 0.24 ones).
 
     0.29's docs (the SDK's ``latest`` build, Oct 2026) still name the 0.24 variables.
     """
-    major, _, rest = plugin_version.partition(".")
-    minor = int(rest.partition(".")[0] or 0) if major == "0" else 99
-    return PLUGIN_ENV["0.21"] if minor < 24 else PLUGIN_ENV["0.24"]
+    return PLUGIN_ENV["0.21"] if plugin_line(plugin_version) < 24 else PLUGIN_ENV["0.24"]
 
 
 # -- the Deep Learning Container ------------------------------------------------------------------
@@ -98,6 +146,7 @@ DECODE_BUCKET_MULTIPLE = 128
 
 __all__ = [
     "ACCESSED_FILE",
+    "BLOCKS_OVERRIDE",
     "BUCKET_KEYS",
     "CACHE_ROOT_ENV",
     "CACHE_SUBDIR",
@@ -118,7 +167,13 @@ __all__ = [
     "METADATA_KEY_FIELD",
     "NEFF_FILE",
     "PLUGIN_ENV",
+    "RECORDED_ENV_PREFIXES",
+    "REMOTE_FS_PREFIXES",
+    "ROUTE_ENV",
     "TARGET_ENV",
     "PluginEnv",
+    "default_route",
+    "env_value_problem",
     "plugin_env",
+    "plugin_line",
 ]

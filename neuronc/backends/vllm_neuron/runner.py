@@ -153,11 +153,14 @@ def container_argv(
     env: Mapping[str, str],
     name: str,
     workdir: str,
+    tp_degree: int = 1,
 ) -> list[str]:
     """``<runtime> run`` for one compile: no network (everything it reads is mounted), files written as
-    this user (docker ``--user``, podman ``--userns keep-id``), removed when it ends. The image's own
-    entrypoint stays: the DLC's runs its arguments as a command."""
+    this user (docker ``--user``, podman ``--userns keep-id``), removed when it ends, with shared memory
+    for tensor-parallel work (``shm_size``). The image's own entrypoint stays: the DLC's runs its
+    arguments as a command."""
     argv = [runtime.executable, "run", "--rm", "--name", name, "--network", "none", "--workdir", workdir]
+    argv += ["--shm-size", shm_size(tp_degree)]
     if runtime.kind == "podman":
         argv += ["--userns", "keep-id"]
     else:
@@ -167,6 +170,18 @@ def container_argv(
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     return [*argv, image, *command]
+
+
+# vLLM's Docker docs (docs/deployment/docker.md) ask for ``--ipc=host`` or ``--shm-size``: PyTorch shares
+# data between processes through shared memory, in particular for tensor-parallel inference. They give
+# no size: neuronc gives each tensor-parallel rank 1 GiB, at least 2 GiB (docker's default is 64 MiB).
+SHM_GIB_PER_RANK = 1
+SHM_MIN_GIB = 2
+
+
+def shm_size(tp_degree: int) -> str:
+    """``--shm-size`` for a compile of ``tp_degree`` ranks (a private /dev/shm; never ``--ipc=host``)."""
+    return f"{max(SHM_MIN_GIB, SHM_GIB_PER_RANK * max(1, tp_degree))}g"
 
 
 def remove_container(runtime: Runtime, name: str, env: Mapping[str, str]) -> None:
@@ -189,4 +204,5 @@ __all__ = [
     "remove_container",
     "repository_of",
     "requested_runner",
+    "shm_size",
 ]

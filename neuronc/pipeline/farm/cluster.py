@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
+from neuronc.errors import MISSING_LIBRARY, EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
@@ -131,8 +131,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        msg = f"--executor ray needs Ray, which is not installed here ({exc})"
-        raise EnvironmentIncompatibleError(msg, hint=INSTALL_HINT) from exc
+        raise MISSING_LIBRARY.convert(
+            exc, "--executor ray needs Ray, which is not installed here", hint=INSTALL_HINT
+        ) from exc
     return ray
 
 

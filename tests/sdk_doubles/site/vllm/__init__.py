@@ -13,6 +13,14 @@ would, and writes what the real plugin writes:
   hit marker inside, as the plugin leaves them; an entry whose files are all there is reused (a hit),
   as the plugin does.
 
+The KV cache: a block count sized from ``gpu_memory_utilization``, the budget cap and the model (the
+plugin's CPU-compile sizing, facts.engine), or ``num_gpu_blocks_override``; it is one of every key's
+components (the KV shape is an input of every graph) and is reported as vLLM's client reports it,
+``LLM(...).llm_engine.vllm_config.cache_config.num_gpu_blocks`` (facts.engine.kv_blocks). The route
+(``VLLM_NEURON_BACKEND``, the line's default when unset) picks how the graph is captured, so it is a
+component of the graph text in the key (an inference: the XLA and native routes lower through
+different front ends, vllm-neuron how-to-choose-compilation-route).
+
 ``NEURONC_SDK_DOUBLE_FAIL=vllm`` makes the compile die after the first entry's NEFF (no completion
 marker), as a compiler crash would leave it.
 """
@@ -25,6 +33,7 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 SDK_DOUBLE = True
@@ -107,6 +116,13 @@ class LLM:
             raise ValueError("decode_context_length_buckets: ascending, below max_model_len, multiples of 128")
         root = _host(os.environ.get(cache["root_env"]) or str(Path.home() / ".cache" / "vllm")) / cache["root"]
         gmu = float(kwargs.get("gpu_memory_utilization", 0.92))
+        cap = float(os.environ.get("VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION", "0.30"))
+        layers = int(config.get("num_hidden_layers") or 1)
+        override = kwargs.get(facts["engine"]["kv_blocks"]["override"])
+        # A static per-target figure stands in for the device's memory, as CPU compile sizes it.
+        hbm_blocks = 96 * 1024 if target == "trn2" else 144 * 1024
+        blocks = int(override) if override is not None else max(1, int(hbm_blocks * gmu * cap) // layers // tp)
+        route = os.environ.get(env_facts["route"]) or "default"
         versions = [
             f"torch_neuronx:{_version('libtorch-neuronx-lite') or _version('torch-neuronx')}",
             f"neuronxcc:{_version('neuronx-cc')}",
@@ -114,14 +130,14 @@ class LLM:
             f"compiler_args:--lnc={lnc} --target={target}",
         ]
         # The KV cache is an input of every graph; its size comes from the GMU and the model (facts.engine).
-        kv = f"kv:{gmu}:{os.environ.get('VLLM_NEURON_KV_GMU_BUDGET_CAP_FRACTION', '0.30')}:{config.get('num_hidden_layers')}"
+        kv = f"kv_blocks:{blocks}"
         graphs = [f"prefill tokens={t}" for t in tokens]
         graphs += [f"decode seqs={s} context={c}" for s in seqs for c in [*decode, max_model_len]]
         failing = os.environ.get("NEURONC_SDK_DOUBLE_FAIL") == "vllm"
         dtype = str(kwargs.get("dtype", "auto"))
         for graph in graphs:
             components = [
-                f"{graph} layers={config.get('num_hidden_layers')} hidden={config.get('hidden_size')}",
+                f"{graph} layers={config.get('num_hidden_layers')} hidden={config.get('hidden_size')} route={route}",
                 f"tp={tp}",
                 dtype,
                 kv,
@@ -129,7 +145,8 @@ class LLM:
             ]
             key = hashlib.md5("|".join(components).encode()).hexdigest()[:32]
             self._compile_one(root, key, cache, graph, failing)
-        self.llm_engine = None
+        cache_config = SimpleNamespace(num_gpu_blocks=blocks)
+        self.llm_engine = SimpleNamespace(vllm_config=SimpleNamespace(cache_config=cache_config))
 
     @staticmethod
     def _compile_one(root: Path, key: str, cache: dict[str, Any], graph: str, failing: bool) -> None:

@@ -5,10 +5,18 @@
 (neuron_config.json with the bookkeeping keys, config.json, model.pt, checkpoint/weights/ when
 exported from a local directory) and applies 0.4.5's checks (compilation target against
 NEURON_PLATFORM_TARGET_OVERRIDE; versions, target and weights at load).
+
+Each compiled graph also lands in the local compile cache, as libneuronxla leaves it under
+optimum-neuron's ``hub_neuronx_cache`` (shared/reference/hf-neuron-cache.md §1.3, §2.1):
+``$NEURON_COMPILE_CACHE_URL/neuronxcc-<version>/MODULE_<graph hash>+<flags hash>/`` with
+``model.hlo_module.pb``, ``compile_flags.json``, ``model.neff`` and the empty ``model.done``; the
+flags hash is the first 8 hex digits of the MD5 of ``json.dumps(flags)``. A failing compile leaves
+``model.log`` and no NEFF (a "poisoned" entry).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -162,8 +170,11 @@ class NeuronModelForCausalLM:
         flags = shlex.split(os.environ.get("NEURON_CC_FLAGS", ""))
         nc = neuron_config
         ctx_batch = 1 if nc.continuous_batching else nc.batch_size
-        compile_graph(Path.cwd() / "optimum" / "context_encoding", f"cte b{ctx_batch} s{nc.max_context_length}", flags)
-        compile_graph(Path.cwd() / "optimum" / "token_generation", f"tkg b{nc.batch_size} s{nc.sequence_length}", flags)
+        for tag, name in (
+            ("context_encoding", f"cte b{ctx_batch} s{nc.max_context_length} tp{nc.tp_degree} {nc.torch_dtype}"),
+            ("token_generation", f"tkg b{nc.batch_size} s{nc.sequence_length} tp{nc.tp_degree} {nc.torch_dtype}"),
+        ):
+            _cached_compile(Path.cwd() / "optimum" / tag, name, nc.target or "trn1", flags)
         config.torch_dtype = nc.torch_dtype
         return cls(config, neuron_config)
 
@@ -205,3 +216,30 @@ class NeuronModelForCausalLM:
         else:
             raise ValueError(f"Checkpoint file not found under {model_id}.")
         return model
+
+
+def _cached_compile(workdir: Path, name: str, target: str, env_flags: list[str]) -> bytes:
+    """One graph through the local compile cache: reuse a complete entry, else compile and store it."""
+    import neuronxcc
+
+    flags = ["--target", target, "--model-type=transformer", "--auto-cast=none", *env_flags]
+    url = os.environ.get("NEURON_COMPILE_CACHE_URL", "/var/tmp/neuron-compile-cache")
+    hlo = f"HloModule {name}".encode()
+    graph_hash = hashlib.sha256(hlo).hexdigest()[:20]
+    flags_hash = hashlib.md5(json.dumps(flags).encode()).hexdigest()[:8]
+    entry = Path(url) / f"neuronxcc-{neuronxcc.__version__}" / f"MODULE_{graph_hash}+{flags_hash}"
+    if url.startswith("s3://"):
+        return compile_graph(workdir, name, flags)
+    if (entry / "model.done").exists() and (entry / "model.neff").exists():
+        return (entry / "model.neff").read_bytes()
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / "model.hlo_module.pb").write_bytes(hlo)
+    (entry / "compile_flags.json").write_text(json.dumps(flags), encoding="utf-8")
+    try:
+        neff = compile_graph(workdir, name, flags)
+    except RuntimeError:
+        (entry / "model.log").write_text((workdir / "log-neuron-cc.txt").read_text(), encoding="utf-8")
+        raise
+    (entry / "model.neff").write_bytes(neff)
+    (entry / "model.done").write_bytes(b"")
+    return neff

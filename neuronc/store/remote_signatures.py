@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 from neuronc.bundle import Manifest
 from neuronc.bundle.signature import read_signature, remove_signature, signature_limit, write_signature
 from neuronc.errors import SignatureError
+from neuronc.store.remote_io import FsOp
 
 if TYPE_CHECKING:
-    from neuronc.store.remote.io import RemoteIO
+    from neuronc.store.remote_io import RemoteIO
 
 SIGNATURES_DIR = "signatures"
 
@@ -40,7 +41,7 @@ def read_stored_signature(io: RemoteIO, rel: str, manifest: Manifest, manifest_r
     fails to parse, and the bundle counts as wrongly signed."""
     found = io.call(
         "reading the signature",
-        "cat_file",
+        FsOp.CAT_FILE,
         io.path(signature_rel(rel, manifest_raw)),
         start=0,
         end=signature_limit(manifest) + 1,
@@ -52,7 +53,7 @@ def read_stored_signature(io: RemoteIO, rel: str, manifest: Manifest, manifest_r
 def upload_signature(io: RemoteIO, rel: str, manifest_raw: bytes, data: bytes) -> str:
     """Store ``data`` as the signature of this manifest; return its URL."""
     path = signature_rel(rel, manifest_raw)
-    io.call("writing the signature", "pipe_file", io.path(path), data, size=len(data))
+    io.call("writing the signature", FsOp.PIPE_FILE, io.path(path), data, size=len(data))
     return f"{io.url.url}/{path}"
 
 

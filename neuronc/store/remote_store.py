@@ -58,16 +58,17 @@ from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, ma
 from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store.local import LocalStore
-from neuronc.store.remote.io import RemoteIO, RemoteSettings
-from neuronc.store.remote.signatures import signature_rel, upload_signature
-from neuronc.store.remote.transfer import (
+from neuronc.store.remote_io import FsOp, RemoteIO, RemoteSettings
+from neuronc.store.remote_model_card import model_card
+from neuronc.store.remote_signatures import signature_rel, upload_signature
+from neuronc.store.remote_transfer import (
     UploadResult,
     hf_commit,
     overwrite_manifest,
     upload_files,
     write_manifest,
 )
-from neuronc.store.remote.url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
+from neuronc.store.remote_url import OBJECTS_DIR, default_cache_dir, object_rel, parse_store_url
 
 # Objects younger than this are never collected: a publisher may still be about to write its manifest.
 DEFAULT_GC_GRACE_SECONDS = 24 * 3600
@@ -114,12 +115,12 @@ class RemoteStore(BundleStore):
 
     def _require_container(self) -> None:
         """RemoteStoreError (exit 5) if the bucket or repository does not exist: it is not an empty store."""
-        if self.io.call("checking the store", "info", self.url.container_root, missing_ok=True) is None:
+        if self.io.call("checking the store", FsOp.INFO, self.url.container_root, missing_ok=True) is None:
             msg = f"{self.url.url}: {self.url.container_word} '{self.url.container}' does not exist"
             raise RemoteStoreError(msg, hint=self.url.access_hint())
 
     def _ls(self, path: str) -> builtins.list[dict[str, Any]] | None:
-        found = self.io.call("listing", "ls", path, detail=True, missing_ok=True)
+        found = self.io.call("listing", FsOp.LS, path, detail=True, missing_ok=True)
         return None if found is None else builtins.list(found)
 
     def _labels(self) -> builtins.list[str]:
@@ -155,7 +156,7 @@ class RemoteStore(BundleStore):
 
         def read(rel: str) -> Callable[[], Any]:
             path = self.io.path(f"{rel}/{MANIFEST_NAME}")
-            return lambda: self.io.op("cat_file", path, start=0, end=MAX_MANIFEST_BYTES + 1, missing_ok=True)
+            return lambda: self.io.op(FsOp.CAT_FILE, path, start=0, end=MAX_MANIFEST_BYTES + 1, missing_ok=True)
 
         raws = self.io.run_all("reading manifests", [(0, read(rel)) for rel in rels])
         return [self._parse(rel, raw) for rel, raw in zip(rels, raws, strict=True)]
@@ -172,7 +173,7 @@ class RemoteStore(BundleStore):
         """The stored size of each object (None where it is absent)."""
 
         def size_of(sha: str) -> Callable[[], Any]:
-            return lambda: self.io.op("info", self.io.path(object_rel(sha)), missing_ok=True)
+            return lambda: self.io.op(FsOp.INFO, self.io.path(object_rel(sha)), missing_ok=True)
 
         infos = self.io.run_all("checking objects", [(0, size_of(sha)) for sha in shas])
         return {
@@ -221,7 +222,7 @@ class RemoteStore(BundleStore):
 
     def materialize(self, rel: str, manifest: Manifest, raw: bytes) -> Path:
         """The stored bundle as a directory in the local cache (objects downloaded and verified)."""
-        from neuronc.store.remote.fetch import materialize
+        from neuronc.store.remote_fetch import materialize
 
         path = materialize(self, rel, manifest, raw)
         self._clear_pending(manifest.config_hash, manifest.toolchain_key)
@@ -265,7 +266,7 @@ class RemoteStore(BundleStore):
         return self._outcome(bundle, raw, result)
 
     def _outcome(self, bundle: Path, raw: bytes, result: UploadResult) -> Published:
-        if result.status == "published" or result.winner is None or result.winner[1] == raw:
+        if result.status == PublishStatus.PUBLISHED or result.winner is None or result.winner[1] == raw:
             return Published(bundle, PublishStatus.PUBLISHED, result.url)
         winner, winner_raw = result.winner
         path = self.materialize(self.bundle_rel(winner), winner, winner_raw)
@@ -300,31 +301,30 @@ class RemoteStore(BundleStore):
         self._require_container()
         probe = self.io.path(f".neuronc/writable-{secrets.token_hex(8)}")
         try:
-            self.io.call("writing a test object", "pipe_file", probe, b"neuronc: checking write access\n")
+            self.io.call("writing a test object", FsOp.PIPE_FILE, probe, b"neuronc: checking write access\n")
         except RemoteStoreError as exc:
             msg = f"{self.url.url}: the store is not writable ({exc.message.rsplit(': ', 1)[-1]})"
             raise RemoteStoreError(msg, hint=self.url.access_hint()) from exc
-        self.io.call("removing a test object", "rm_file", probe)
+        self.io.call("removing a test object", FsOp.RM_FILE, probe)
 
     def write_marker(self, name: str, data: bytes) -> None:
         self._require_container()
-        self.io.call("writing a marker", "pipe_file", self.io.path(marker_rel(name)), data)
+        self.io.call("writing a marker", FsOp.PIPE_FILE, self.io.path(marker_rel(name)), data)
 
     def read_marker(self, name: str) -> bytes | None:
         with contextlib.suppress(NeuroncError):  # unreachable or missing: not seen from here
-            data = self.io.call("reading a marker", "cat_file", self.io.path(marker_rel(name)), missing_ok=True)
+            data = self.io.call("reading a marker", FsOp.CAT_FILE, self.io.path(marker_rel(name)), missing_ok=True)
             return bytes(data) if data is not None else None
         return None
 
     def remove_marker(self, name: str) -> None:
-        self.io.call("removing a marker", "rm_file", self.io.path(marker_rel(name)), missing_ok=True)
+        self.io.call("removing a marker", FsOp.RM_FILE, self.io.path(marker_rel(name)), missing_ok=True)
 
     def publish(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> Published:
         """Upload a complete local bundle (see ``upload``); ``status`` is ``exists`` if the key was stored."""
         bundle = Path(bundle_dir)
         result = self.upload(bundle, jobs=jobs)
-        status = PublishStatus.PUBLISHED if result.status == "published" else PublishStatus.EXISTS
-        return Published(bundle, status, result.url)
+        return Published(bundle, result.status, result.url)
 
     def upload(self, bundle_dir: str | os.PathLike[str], *, jobs: int | None = None) -> UploadResult:
         """Verify a local bundle, upload the objects the store lacks, then the manifest last."""
@@ -339,12 +339,12 @@ class RemoteStore(BundleStore):
             msg = f"{bundle}: manifest changed while publishing"
             raise VerificationError(msg)
         rel = self.bundle_rel(manifest)
-        result = UploadResult(f"{self.url.url}/{rel}", "published")
+        result = UploadResult(f"{self.url.url}/{rel}", PublishStatus.PUBLISHED)
         signature = read_signature(bundle)
         self.io.invalidate()
         existing = self._complete(rel, manifest)
         if existing is not None:
-            result.status, result.winner = "exists", existing
+            result.status, result.winner = PublishStatus.EXISTS, existing
             if signature is not None and existing[1] == raw:  # the same bundle, signed since it was stored
                 upload_signature(self.io, rel, raw, signature)
             result.seconds = time.perf_counter() - start
@@ -358,7 +358,8 @@ class RemoteStore(BundleStore):
         if self.url.scheme == "hf":
             title = f"neuronc: publish {manifest.config_hash[:12]} ({manifest.backend}, {manifest.target})"
             extra = {signature_rel(rel, raw): signature} if signature is not None else {}
-            hf_commit(self.io, rel, upload, raw, title, extra=extra)
+            card = model_card(manifest, store_url=self.url.url, bundle_url=result.url, signed=signature is not None)
+            hf_commit(self.io, rel, upload, raw, title, extra=extra, readme=card.encode("utf-8"))
         else:
             upload_files(self.io, upload)
             if signature is not None:  # before the manifest: a signed bundle never appears unsigned
@@ -367,7 +368,7 @@ class RemoteStore(BundleStore):
             result.conditional = written != "unsupported"
             winner = self._complete(rel, manifest) if written == "exists" else None
             if winner is not None:
-                result.status, result.winner = "exists", winner
+                result.status, result.winner = PublishStatus.EXISTS, winner
             elif written != "written":
                 # No conditional writes here (or the winner's bundle is broken): last writer wins.
                 overwrite_manifest(self.io, rel, raw)
@@ -416,7 +417,7 @@ class RemoteStore(BundleStore):
         labels = self._labels()
 
         def listing(label: str) -> Callable[[], Any]:
-            return lambda: self.io.op("ls", self.io.path(label), detail=True, missing_ok=True)
+            return lambda: self.io.op(FsOp.LS, self.io.path(label), detail=True, missing_ok=True)
 
         listings = self.io.run_all("listing", [(0, listing(label)) for label in labels])
         rels = [
@@ -433,20 +434,20 @@ class RemoteStore(BundleStore):
         entries.sort(key=lambda e: e.manifest.created_at, reverse=True)
         return entries
 
-    def _discard(self, entry: StoreEntry) -> None:
+    def discard(self, entry: StoreEntry) -> None:
         """Delete the manifest: the bundle is gone at once (its objects go at the next gc)."""
-        self.io.call("removing a manifest", "rm_file", self.io.path(f"{entry.rel}/{MANIFEST_NAME}"))
+        self.io.call("removing a manifest", FsOp.RM_FILE, self.io.path(f"{entry.rel}/{MANIFEST_NAME}"))
         self._clear_pending(entry.manifest.config_hash, entry.manifest.toolchain_key)
 
     def verify(self, key: str, *, jobs: int | None = None) -> builtins.list[Verified]:
         """Download and hash every object of the bundles ``key`` names (nothing is kept)."""
-        from neuronc.store.remote.fetch import verify_entry
+        from neuronc.store.remote_fetch import verify_entry
 
         return [verify_entry(self, entry) for entry in self.select(key, all_matches=True)]
 
     def repair(self, key: str, *, source: str | os.PathLike[str] | None = None) -> builtins.list[Repair]:
         """Verify; upload damaged objects again from verified local copies, or drop what cannot be mended."""
-        from neuronc.store.remote.fetch import repair_entry
+        from neuronc.store.remote_fetch import repair_entry
 
         return [repair_entry(self, checked, source) for checked in self.verify(key)]
 
@@ -455,7 +456,7 @@ class RemoteStore(BundleStore):
         referenced = {f.sha256 for entry in self.list() for f in entry.manifest.files}
         report = GcReport()
         now = time.time() if now is None else now
-        found = self.io.call("collecting objects", "find", self.io.path(OBJECTS_DIR), detail=True, missing_ok=True)
+        found = self.io.call("collecting objects", FsOp.FIND, self.io.path(OBJECTS_DIR), detail=True, missing_ok=True)
         doomed: builtins.list[tuple[str, int]] = []
         for path, info in sorted((found or {}).items()):
             if _basename(path) in referenced:
@@ -467,7 +468,7 @@ class RemoteStore(BundleStore):
             doomed.append((path, int(info.get("size") or 0)))
 
         def rm(path: str) -> Callable[[], Any]:
-            return lambda: self.io.op("rm_file", path)
+            return lambda: self.io.op(FsOp.RM_FILE, path)
 
         self.io.run_all("removing objects", [(0, rm(path)) for path, _ in doomed])
         report.removed += [Removed(path, size, "unreferenced object") for path, size in doomed]

@@ -17,12 +17,13 @@ from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError
 from neuronc.fsutil import NotRegularFileError, disk_full_as_error, open_regular
 from neuronc.store._records import Removed, Repair, RepairAction, StoreEntry, Verified
-from neuronc.store.remote.signatures import read_stored_signature, sync_signature
-from neuronc.store.remote.transfer import download_object, hash_object, object_problem, upload_files
-from neuronc.store.remote.url import OBJECTS_DIR, object_rel
+from neuronc.store.remote_io import FsOp
+from neuronc.store.remote_signatures import read_stored_signature, sync_signature
+from neuronc.store.remote_transfer import download_object, hash_object, object_problem, upload_files
+from neuronc.store.remote_url import OBJECTS_DIR, object_rel
 
 if TYPE_CHECKING:
-    from neuronc.store.remote import RemoteStore
+    from neuronc.store.remote_store import RemoteStore
 
 
 def repair_hint(store: RemoteStore, config_hash: str) -> str:
@@ -192,11 +193,11 @@ def _drop(store: RemoteStore, bad: set[str]) -> list[Removed]:
     removed: list[Removed] = []
     for other in store.list():
         if bad & {f.sha256 for f in other.manifest.files}:
-            store._discard(other)
+            store.discard(other)
             removed.append(Removed(other.location, other.size, "names a damaged object"))
 
     def rm(sha: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: store.io.op("rm_file", store.io.path(object_rel(sha)), missing_ok=True)
+        return lambda: store.io.op(FsOp.RM_FILE, store.io.path(object_rel(sha)), missing_ok=True)
 
     store.io.run_all("removing damaged objects", [(0, rm(sha)) for sha in sorted(bad)])
     for sha in sorted(bad):

@@ -28,18 +28,19 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from neuronc.errors import (
-    EnvironmentIncompatibleError,
+    MISSING_LIBRARY,
+    NETWORK,
     InvalidInputError,
     NeuroncError,
     RemoteStoreError,
-    is_client_library_error,
-    is_network_error,
-    short_reason,
+    foreign_row,
+    from_foreign,
 )
-from neuronc.store.remote.url import StoreURL
+from neuronc.store.remote_url import StoreURL
 
 T = TypeVar("T")
 MiB = 1024 * 1024
@@ -55,6 +56,18 @@ _SETTINGS = (
     ("deadline", "NEURONC_REMOTE_DEADLINE", 20.0, 0.1),
     ("min_rate", "NEURONC_REMOTE_MIN_RATE", float(MiB), 1.0),
 )
+
+
+class FsOp(StrEnum):
+    """The fsspec file-system methods a remote store calls (``RemoteIO.op``; async ones get a ``_``)."""
+
+    CAT_FILE = "cat_file"
+    INFO = "info"
+    LS = "ls"
+    PIPE_FILE = "pipe_file"
+    PUT_FILE = "put_file"
+    RM_FILE = "rm_file"
+    FIND = "find"
 
 
 @dataclass(frozen=True)
@@ -131,9 +144,10 @@ class RemoteIO:
         if self.url.scheme == "s3":
             try:
                 import s3fs
-            except ImportError:
-                msg = "s3:// stores need s3fs"
-                raise EnvironmentIncompatibleError(msg, hint="pip install 'neuronc[remote]'") from None
+            except ImportError as exc:
+                raise MISSING_LIBRARY.convert(
+                    exc, "s3:// stores need s3fs", hint="pip install 'neuronc[remote]'"
+                ) from None
             options = {
                 "skip_instance_cache": True,
                 "use_listings_cache": False,
@@ -160,7 +174,7 @@ class RemoteIO:
         self.fs.invalidate_cache()
 
     # -- one call -------------------------------------------------------------------------------
-    async def op(self, method: str, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
+    async def op(self, method: FsOp, *args: Any, missing_ok: bool = False, **kwargs: Any) -> Any:
         """``fs.<method>(*args)`` as a coroutine; None for a missing path when ``missing_ok``."""
         try:
             if self.is_async:
@@ -171,7 +185,7 @@ class RemoteIO:
                 return None
             raise
 
-    def call(self, what: str, method: str, *args: Any, size: int = 0, missing_ok: bool = False, **kwargs: Any) -> Any:
+    def call(self, what: str, method: FsOp, *args: Any, size: int = 0, missing_ok: bool = False, **kwargs: Any) -> Any:
         """One remote call, within the deadline (plus transfer time for ``size`` bytes)."""
         return self.run(what, lambda: self.op(method, *args, missing_ok=missing_ok, **kwargs), size=size)
 
@@ -226,21 +240,21 @@ class RemoteIO:
             raise
         except NeuroncError:
             raise
-        except TimeoutError as exc:
-            msg = f"{self.url.url}: {what} timed out after {budget:.0f} s"
-            raise RemoteStoreError(msg, hint=_timeout_hint(), details=[short_reason(exc)]) from exc
         except Exception as exc:
-            error = self.storage_error(what, exc)
+            timed_out = f"{what} timed out after {budget:.0f} s" if isinstance(exc, TimeoutError) else None
+            error = self.storage_error(what, exc, doing=timed_out)
             if error is None:
                 raise
             raise error from exc
 
-    def storage_error(self, what: str, exc: BaseException) -> RemoteStoreError | None:
-        """The RemoteStoreError (exit 5) for a failed call, or None when ``exc`` is not a storage failure."""
-        if not (isinstance(exc, OSError) or is_network_error(exc) or is_client_library_error(exc)):
+    def storage_error(self, what: str, exc: BaseException, *, doing: str | None = None) -> NeuroncError | None:
+        """The RemoteStoreError (exit 5) for a failed call (the table's error where it names another:
+        a full disk), or None when ``exc`` is not a storage failure."""
+        row = foreign_row(exc)
+        if row is None:
             return None
-        hint = _timeout_hint() if is_network_error(exc) else self.url.access_hint()
-        return RemoteStoreError(f"{self.url.url}: {what} failed: {short_reason(exc)}", hint=hint)
+        hint = _timeout_hint() if row is NETWORK else self.url.access_hint()
+        return from_foreign(exc, f"{self.url.url}: {doing or what + ' failed'}", error=RemoteStoreError, hint=hint)
 
 
 def _shared_loop() -> asyncio.AbstractEventLoop:

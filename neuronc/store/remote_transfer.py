@@ -1,7 +1,7 @@
 """Moving bundle files to and from a remote store: uploads, the manifest's conditional write, verified downloads.
 
 Every function here takes the store's ``RemoteIO``, so each transfer is bounded in time and
-cancelled by Ctrl-C like any other remote call (neuronc.store.remote.io).
+cancelled by Ctrl-C like any other remote call (neuronc.store.remote_io).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.bundle import MANIFEST_NAME, FileEntry, Manifest
+from neuronc.bundle.publish import PublishStatus
 from neuronc.errors import VerificationError
 from neuronc.fsutil import disk_full_as_error
-from neuronc.store.remote.io import RemoteIO, precondition_failed, unsupported
-from neuronc.store.remote.url import object_rel
+from neuronc.store.remote_io import FsOp, RemoteIO, precondition_failed, unsupported
+from neuronc.store.remote_url import object_rel
 
 CHUNK = 1 << 20
 
@@ -29,7 +30,7 @@ class UploadResult:
     """What uploading one bundle did."""
 
     url: str
-    status: str  # published | exists (another publisher's manifest was there first)
+    status: PublishStatus  # EXISTS: another publisher's manifest was there first
     objects_uploaded: int = 0
     bytes_uploaded: int = 0
     objects_present: int = 0
@@ -40,7 +41,7 @@ class UploadResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "url": self.url,
-            "status": self.status,
+            "status": str(self.status),
             "objects_uploaded": self.objects_uploaded,
             "bytes_uploaded": self.bytes_uploaded,
             "objects_present": self.objects_present,
@@ -56,7 +57,7 @@ def upload_files(io: RemoteIO, sources: Sequence[tuple[Path, FileEntry]]) -> Non
     """Upload each ``(local file, entry)`` to its content-addressed object path, in parallel."""
 
     def put(local: Path, entry: FileEntry) -> Callable[[], Awaitable[Any]]:
-        return lambda: io.op("put_file", str(local), io.path(object_rel(entry.sha256)))
+        return lambda: io.op(FsOp.PUT_FILE, str(local), io.path(object_rel(entry.sha256)))
 
     io.run_all("uploading objects", [(entry.size, put(local, entry)) for local, entry in sources])
 
@@ -71,7 +72,7 @@ def write_manifest(io: RemoteIO, rel: str, raw: bytes) -> str:
 
     async def attempt() -> str:
         try:
-            await io.op("pipe_file", path, raw, mode="create")
+            await io.op(FsOp.PIPE_FILE, path, raw, mode="create")
         except (OSError, ValueError, TypeError, NotImplementedError) as exc:
             if precondition_failed(exc):
                 return "exists"
@@ -84,7 +85,7 @@ def write_manifest(io: RemoteIO, rel: str, raw: bytes) -> str:
 
 
 def overwrite_manifest(io: RemoteIO, rel: str, raw: bytes) -> None:
-    io.call("writing the manifest", "pipe_file", io.path(f"{rel}/{MANIFEST_NAME}"), raw)
+    io.call("writing the manifest", FsOp.PIPE_FILE, io.path(f"{rel}/{MANIFEST_NAME}"), raw)
 
 
 def hf_commit(
@@ -95,9 +96,11 @@ def hf_commit(
     title: str,
     *,
     extra: Mapping[str, bytes] | None = None,
+    readme: bytes | None = None,
 ) -> None:
     """One Hub commit with the missing objects, ``extra`` files (store-relative path: bytes; the
-    signature) and the manifest: the Hub applies it atomically."""
+    signature) and the manifest: the Hub applies it atomically. ``readme`` (a model card) becomes
+    the repository's README.md when it has none: an existing README is kept."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
     url = io.url
@@ -113,11 +116,16 @@ def hf_commit(
     api = getattr(io.fs, "_api", None) or HfApi()
 
     def commit() -> Any:
+        ops = list(operations)
+        if readme is not None and not api.file_exists(
+            url.container, "README.md", repo_type=url.repo_type, revision=url.revision
+        ):
+            ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
         return api.create_commit(
             repo_id=url.container,
             repo_type=url.repo_type,
             revision=url.revision,
-            operations=operations,
+            operations=ops,
             commit_message=title,
         )
 
