@@ -219,8 +219,9 @@ def graph_list(
     try:
         plan = backend.plan(with_buckets(spec, context, token))
     except NeuroncError:
-        return [(ROLE_CONTEXT, spec.batch_size, b) for b in context] + [(ROLE_TOKEN, spec.batch_size, b) for b in token]
-    return [(g.role, g.batch, g.bucket) for g in plan.graphs]
+        graphs = [(str(ROLE_CONTEXT), spec.batch_size, b) for b in context]
+        return graphs + [(str(ROLE_TOKEN), spec.batch_size, b) for b in token]
+    return [(str(g.role), g.batch, g.bucket) for g in plan.graphs]
 
 
 def _notes(spec: BuildSpec, rules: BucketRules, current: Figures, suggested: Figures, k: int) -> list[str]:
