@@ -1,7 +1,12 @@
 """Compile and run benchmark of the embedded inductor backend, all ratios from one run.
 
-Usage: python bench/compile.py [--tokens N] [--runs N] [--json]
+Usage: python bench/compile.py [--tokens N] [--runs N] [--first-runs N] [--first-only] [--json]
 
+0. The demo's first compile as a new user meets it: ``neuronc compile profiles/tiny-llama-cpu.yaml``
+   as a whole process with an empty store, an empty graph cache and an empty Inductor cache (its
+   precompiled headers and CPU-ISA probes included: TMPDIR points at a fresh directory, where torch
+   keeps them), against ``python -c "import torch"`` in turn (A B A B ...), the ratio pair by pair.
+   Target (issue 33): at most 15x ``import torch`` (wall). ``--first-only`` stops after this.
 1. Per-graph compile time, and the wall of compiling 4 graphs (the demo model with context buckets
    16, 32, 64 and token bucket 128) with ``--jobs 1`` and with ``--jobs 2``, each from cold caches
    (a fresh graph cache and Inductor cache per run; the shared precompiled headers are warmed first
@@ -33,6 +38,57 @@ PROFILE = ROOT / "profiles" / "tiny-llama-cpu.yaml"
 PROMPT = "The quick brown fox"
 JOBS_TARGET = 0.65
 HIT_TARGET = 0.3
+FIRST_TARGET = 15.0
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall, cpu) seconds of one run of ``cmd``; cpu is the kernel's rusage of the process tree."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)}: exit {code}\n{stderr[-3000:]}")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def bench_first_compile(scratch: Path, runs: int) -> dict[str, Any]:
+    """The shipped demo profile compiled from nothing, vs ``import torch``, ``runs`` pairs."""
+    torch_cmd = [sys.executable, "-c", "import torch"]
+    compile_cmd = [sys.executable, "-m", "neuronc", "compile", str(PROFILE), "--json"]
+    _timed(torch_cmd, dict(os.environ))  # page cache and .pyc files
+    pairs = []
+    for i in range(runs):
+        run_dir = scratch / f"first-{i}"
+        (run_dir / "tmp").mkdir(parents=True)
+        env = dict(
+            os.environ,
+            NEURONC_STORE=str(run_dir / "store"),
+            NEURONC_GRAPH_CACHE=str(run_dir / "graphs"),
+            TMPDIR=str(run_dir / "tmp"),
+        )
+        base = _timed(torch_cmd, dict(os.environ))
+        first = _timed(compile_cmd, env)
+        pairs.append((base, first))
+        shutil.rmtree(run_dir, ignore_errors=True)
+    wall_ratios = [f[0] / b[0] for b, f in pairs]
+    cpu_ratios = [f[1] / b[1] for b, f in pairs]
+    return {
+        "runs": runs,
+        "import_torch_wall_median": round(statistics.median(b[0] for b, _ in pairs), 3),
+        "first_compile_wall_median": round(statistics.median(f[0] for _, f in pairs), 3),
+        "first_compile_cpu_median": round(statistics.median(f[1] for _, f in pairs), 3),
+        "wall_ratio_median": round(statistics.median(wall_ratios), 2),
+        "wall_ratio_min": round(min(wall_ratios), 2),
+        "wall_ratio_max": round(max(wall_ratios), 2),
+        "cpu_ratio_median": round(statistics.median(cpu_ratios), 2),
+        "target": FIRST_TARGET,
+    }
 
 
 def _profile(path: Path, context_buckets: str) -> Path:
@@ -173,11 +229,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64, help="tokens generated per decode run")
     parser.add_argument("--runs", type=int, default=7, help="decode runs (medians)")
+    parser.add_argument("--first-runs", type=int, default=3, help="first compiles from nothing (medians)")
+    parser.add_argument("--first-only", action="store_true", help="only the first-compile ratio (part 0)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="neuronc-bench-compile-"))
     try:
+        first = bench_first_compile(scratch, args.first_runs)
+        if args.first_only:
+            _print_first(first, args.json)
+            return
         compile_results = bench_compile(scratch)
         hit = bench_store_hit(scratch, Path(compile_results["profile"]), compile_results["graph_cache"])
         decode = bench_decode(hit["bundle"], args.tokens, args.runs)
@@ -185,6 +247,7 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     results = {
         "host": {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "first_compile": first,
         "compile": compile_results,
         "store_hit": hit,
         "decode": decode,
@@ -192,6 +255,7 @@ def main() -> None:
     if args.json:
         sys.stdout.write(json.dumps(results, indent=2) + "\n")
         return
+    _print_first(first, False)
     c, d = compile_results, decode
     for g in c["graphs"]:
         print(
@@ -210,6 +274,22 @@ def main() -> None:
         f"bundle TTFT {d['bundle_ttft_ms']} ms, {d['bundle_ms_per_token']} ms/token | "
         f"HF eager TTFT {d['hf_ttft_ms']} ms, {d['hf_ms_per_token']} ms/token | "
         f"speed-up TTFT {d['ttft_speedup']}x, per token {d['per_token_speedup']}x | tokens identical: {d['tokens_identical']}"
+    )
+
+
+def _print_first(first: dict[str, Any], as_json: bool) -> None:
+    host = {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
+    if as_json:
+        sys.stdout.write(json.dumps({"host": host, "first_compile": first}, indent=2) + "\n")
+        return
+    f = first
+    verdict = "ok" if f["wall_ratio_median"] <= FIRST_TARGET else "ABOVE TARGET"
+    print(
+        f"first compile of the demo (empty caches): {f['first_compile_wall_median']} s wall, "
+        f"{f['first_compile_cpu_median']} s CPU; import torch {f['import_torch_wall_median']} s wall; "
+        f"ratio {f['wall_ratio_median']}x wall (min {f['wall_ratio_min']}, max {f['wall_ratio_max']}), "
+        f"{f['cpu_ratio_median']}x CPU (target <= {FIRST_TARGET}x wall: {verdict}; "
+        f"{f['runs']} pairs, load average {host['load_average'][0]})"
     )
 
 

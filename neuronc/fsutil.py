@@ -94,6 +94,17 @@ def read_bytes_limited(path: str | os.PathLike[str], limit: int, *, what: str = 
     return chunks[0] if len(chunks) <= 2 else b"".join(chunks)
 
 
+def read_fd_upto(fd: int, limit: int) -> bytes:
+    """Up to ``limit + 1`` bytes from an open descriptor, 1 MiB a read: more than ``limit`` says the
+    file is (or grew) larger than the caller accepts."""
+    chunks = []
+    left = limit + 1
+    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def atomic_write_bytes(
     path: str | os.PathLike[str], data: bytes, *, fsync: bool = True, mode: int = 0o644, through: bool = False
 ) -> None:

@@ -27,12 +27,11 @@ def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
         return str(read_manifest(root).backend)
     # A backend's compiled artifacts without a manifest (a CompileJob's directory): the backends
     # that run here say whether they are theirs.
-    from neuronc.backends import backend_names, get_backend
+    from neuronc.backends import backend_recognizing
 
-    for name in backend_names():
-        backend = get_backend(name)
-        if backend.can_run and backend.recognizes(root):
-            return name
+    name = backend_recognizing(root)
+    if name is not None:
+        return name
     raise BundleFormatError(
         f"{root}: not a bundle (no manifest.json)", hint="pass the directory `neuronc compile` printed"
     )
@@ -45,10 +44,11 @@ def load(bundle_dir: str | os.PathLike[str]) -> Any:
 
 def runnable_backend(bundle_dir: str | os.PathLike[str]) -> Backend:
     """The backend that built a bundle, if it can run the bundle here (BackendUnavailableError, exit 5, if not)."""
-    from neuronc.backends import get_backend
+    from neuronc.backends import resolve_backend
 
+    # A bundle read from disk names its backend: resolved here, once, for `run`, `serve` and `verify`.
     name = bundle_backend(bundle_dir)
-    backend = get_backend(name)
+    backend = resolve_backend(name)
     if not backend.can_run:
         msg = f"bundles of backend '{name}' cannot run here: neuronc has no runtime for them"
         raise BackendUnavailableError(

@@ -228,6 +228,63 @@ def test_the_core_names_no_backend() -> None:
     assert found == []
 
 
+# Where a backend is looked up by name. A build's backend is resolved once, where its profile is
+# loaded, and travels bound to the spec (``neuronc.backends.backend_of``); below that only an entry
+# point that receives a bare name across a process boundary (a compile worker, a farm task, a bundle
+# read from disk) maps it, through ``resolve_backend`` / ``bind_backend``, once. The CLI's `backends`
+# command lists the registry itself.
+BACKEND_LOOKUPS = {
+    "get_backend": {
+        "backends/__init__.py": {"resolve_backend", "backends_compiling_for", "backend_recognizing"},
+        "profile/_load.py": {"_build_one"},
+        "cli/backends.py": {"backends_command"},
+    },
+    "resolve_backend": {
+        "backends/__init__.py": {"bind_backend"},
+        "backends/neuron/worker.py": {"main"},
+        "runtime.py": {"runnable_backend"},
+        "deploy/__init__.py": {"check_compatible"},
+        "cli/inspect.py": {"_backend_snippet", "environment_comparison"},
+        "verdict/__init__.py": {"host_verdict"},
+        "store/remote_model_card.py": {"_backend_facts"},
+    },
+    "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
+}
+
+
+def backend_lookups() -> dict[str, dict[str, set[str]]]:
+    """Lookup function -> module -> the (innermost) functions that call it."""
+    found: dict[str, dict[str, set[str]]] = {}
+
+    def visit(node: ast.AST, rel: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else where
+            if isinstance(child, ast.Call):
+                callee = child.func
+                name = callee.id if isinstance(callee, ast.Name) else getattr(callee, "attr", None)
+                if name in BACKEND_LOOKUPS:
+                    found.setdefault(name, {}).setdefault(rel, set()).add(where)
+            visit(child, rel, inner)
+
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        visit(ast.parse(path.read_text(encoding="utf-8")), rel, "<module>")
+    return found
+
+
+def test_backends_are_looked_up_by_name_only_at_the_entry_points() -> None:
+    found = backend_lookups()
+    extra = {
+        f"{name}: {rel}: {sorted(funcs - BACKEND_LOOKUPS[name].get(rel, set()))}"
+        for name, modules_ in found.items()
+        for rel, funcs in modules_.items()
+        if funcs - BACKEND_LOOKUPS[name].get(rel, set())
+    }
+    assert extra == set()
+    # The build's one resolution is where the profile is loaded.
+    assert found["get_backend"]["profile/_load.py"] == {"_build_one"}
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """The cycles of ``graph``: its strongly connected components of more than one node (Tarjan)."""
     index: dict[str, int] = {}

@@ -442,3 +442,45 @@ def test_tied_embeddings_are_one_constant_with_both_checkpoint_names(tmp_path: P
     # Non-persistent rotary buffers only (transformers 5 adds `original_inv_freq` beside `inv_freq`).
     assert "model.model.rotary_emb.inv_freq" in owned
     assert set(owned) <= {"model.model.rotary_emb.inv_freq", "model.model.rotary_emb.original_inv_freq"}
+
+
+def test_tokenizer_json_is_read_as_transformers_reads_it(tmp_path: Path) -> None:
+    """`run` reads the demo's tokenizer.json with `tokenizers` (no transformers import): the same ids and text."""
+    from transformers import AutoTokenizer
+
+    from neuronc.backends.inductor.tokenizer import _tokenizer_config, direct_reason, load_tokenizer
+
+    assert direct_reason(DEMO, _tokenizer_config(DEMO)) is None
+    direct = load_tokenizer(DEMO)
+    assert type(direct).__name__ == "_Direct"
+    reference = AutoTokenizer.from_pretrained(str(DEMO), local_files_only=True)
+    prompts = ["The quick brown fox", "Alice said, 'I can't!' and they're off.", "  two  spaces", "é ü ß", ""]
+    for prompt in prompts:
+        ids = direct.encode(prompt)
+        assert ids == reference(prompt)["input_ids"], prompt
+        with_specials = [*ids, 2, 1, 0, *ids]
+        assert direct.decode(with_specials) == reference.decode(with_specials, skip_special_tokens=True), prompt
+
+    # A tokenizer class or setting that makes transformers rewrite what tokenizer.json says goes through it.
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_bytes((DEMO / "tokenizer.json").read_bytes())
+    config = json.loads((DEMO / "tokenizer_config.json").read_text(encoding="utf-8"))
+    for changed in ({"tokenizer_class": "LlamaTokenizerFast"}, {"add_bos_token": False}):
+        (model / "tokenizer_config.json").write_text(json.dumps({**config, **changed}), encoding="utf-8")
+        assert direct_reason(model, _tokenizer_config(model)) is not None
+    assert direct_reason(tmp_path, {}) == "no tokenizer.json"
+
+
+def test_graphs_are_shared_out_among_the_worker_processes() -> None:
+    from neuronc.backends.inductor.build import Pending, _groups
+
+    def pending(role: str, bucket: int) -> Pending:
+        graph = GraphSpec(role, 1, bucket)
+        return Pending(graph, graph.name, Path(graph.name), Path(graph.name) / "log")
+
+    items = [pending(ROLE_CONTEXT, 32), pending(ROLE_CONTEXT, 64), pending(ROLE_TOKEN, 128)]
+    groups = _groups(items, 2)
+    assert [[p.graph.name for p in g] for g in groups] == [["cte-b1-s64"], ["cte-b1-s32", "tkg-b1-s128"]]
+    assert [[p.graph.name for p in g] for g in _groups(items, 1)] == [["cte-b1-s64", "cte-b1-s32", "tkg-b1-s128"]]
+    assert len(_groups(items[:1], 2)) == 1

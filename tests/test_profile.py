@@ -154,3 +154,23 @@ def test_non_utf8_file(tmp_path: Path) -> None:
     bad.write_bytes(b"model: {id: caf\xe9}\n")
     with pytest.raises(ProfileError, match="not UTF-8"):
         load_profile(bad)
+
+
+def test_a_loaded_build_carries_its_backend_object_down() -> None:
+    """The profile loader resolves each build's backend once; the spec carries the object (DESIGN.md:
+    nothing below looks the backend up by name), and it is never part of the spec's value."""
+    from neuronc.backends import backend_of, bind_backend, get_backend
+    from neuronc.spec import BuildSpec
+
+    loaded = load_profile(FIXTURES / "good" / "matrix-auto-buckets.yaml")
+    for spec in loaded.builds:
+        backend = backend_of(spec)
+        assert backend is get_backend(spec.backend) and backend.name == spec.backend
+        # A copy (what --revision and tp trials make) keeps it; the spec's JSON never holds it.
+        assert backend_of(spec.model_copy(update={"tp_degree": 1})) is backend
+        assert "backend_object" not in spec.model_dump() and "_backend" not in spec.model_dump()
+    # A spec read back across a process boundary has only the name until its entry point binds it.
+    crossed = BuildSpec.model_validate(loaded.builds[0].model_dump(mode="json"))
+    with pytest.raises(RuntimeError, match="never bound to its Backend object"):
+        backend_of(crossed)
+    assert backend_of(bind_backend(crossed)) is backend_of(loaded.builds[0])

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _demo import Demo
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "numpy")
@@ -76,3 +77,11 @@ def test_commands_reading_no_profile_do_not_import_pydantic(args: list[str], tmp
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="1")
     modules = _imported_modules(args, env)
     assert "pydantic" not in modules
+
+
+def test_run_generates_without_transformers(demo: Demo) -> None:
+    """`neuronc run` of the demo bundle reads its tokenizer.json with `tokenizers`: transformers stays out."""
+    args = ["run", str(demo.bundle), "--prompt", "The quick brown fox", "-n", "4", "--json"]
+    modules = _imported_modules(args, env=demo.env())
+    assert "torch" in modules and "tokenizers" in modules
+    assert "transformers" not in modules

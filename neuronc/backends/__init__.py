@@ -10,9 +10,14 @@ from __future__ import annotations
 import difflib
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, cast
 
 from neuronc.backends.base import Availability, Backend, BackendBase, CompilePlan, GraphSpec
 from neuronc.errors import UnknownBackendError
+
+if TYPE_CHECKING:
+    from neuronc.spec import BuildSpec
 
 ENTRY_POINT_GROUP = "neuronc.backends"
 
@@ -76,6 +81,49 @@ def get_backend(name: str) -> Backend:
     return backend
 
 
+class NamesBackend(Protocol):
+    """What a process boundary hands over: a manifest, a spec or a job naming its backend."""
+
+    @property
+    def backend(self) -> str: ...
+
+
+def resolve_backend(named: NamesBackend | str) -> Backend:
+    """The one map from a manifest or spec read back from disk or from another process to its Backend.
+
+    Within one process a build's backend is resolved once, where its profile is loaded, and passed
+    down bound to the spec (``backend_of``). Only an entry point that receives a bare name across a
+    process boundary calls this, once: a compile worker reading its job, a farm task reading its
+    spec, ``runtime``/``deploy`` reading a bundle's manifest (or its artifacts' backend) from disk.
+    """
+    return get_backend(named if isinstance(named, str) else named.backend)
+
+
+def bind_backend(spec: BuildSpec) -> BuildSpec:
+    """``spec`` bound to its Backend object, for a spec read across a process boundary (``resolve_backend``)."""
+    return spec.bound_to(resolve_backend(spec))
+
+
+def backend_of(spec: BuildSpec) -> Backend:
+    """The Backend object bound to ``spec`` when its build was resolved; never a look-up by name."""
+    return cast("Backend", spec.backend_object)
+
+
+def backends_compiling_for(target: str) -> list[str]:
+    """Every registered backend that compiles for ``target`` (imports each backend module)."""
+    return [name for name in backend_names() if target in get_backend(name).targets]
+
+
+def backend_recognizing(root: Path) -> str | None:
+    """The backend that runs here and recognises ``root`` as its compiled artifacts (a directory
+    without a manifest); None if none does."""
+    for name in backend_names():
+        backend = get_backend(name)
+        if backend.can_run and backend.recognizes(root):
+            return name
+    return None
+
+
 def reload_entry_points() -> None:
     """Forget the backends found so far: the next look-up reads the ``neuronc.backends`` entry points again.
 
@@ -93,8 +141,14 @@ __all__ = [
     "BackendBase",
     "CompilePlan",
     "GraphSpec",
+    "NamesBackend",
     "backend_names",
+    "backend_of",
+    "backend_recognizing",
+    "backends_compiling_for",
+    "bind_backend",
     "get_backend",
     "is_registered",
     "reload_entry_points",
+    "resolve_backend",
 ]

@@ -59,7 +59,7 @@ from neuronc.bundle._reader import (
     verify_bundle,
 )
 from neuronc.bundle._writer import BundleExistsError, BundleWriter, HashingFile, copy_bundle, peak_rss_bytes
-from neuronc.bundle.record import BuildRecord, manifest_data
+from neuronc.bundle.record import BuildRecord, record_manifest
 
 __all__ = [
     "BUNDLE_DIRS",
@@ -92,7 +92,6 @@ __all__ = [
     "WeightsSource",
     "compare_toolchain",
     "copy_bundle",
-    "manifest_data",
     "manifest_json_schema",
     "manifest_seal_problem",
     "parse_manifest",
@@ -100,6 +99,7 @@ __all__ = [
     "peak_rss_bytes",
     "read_manifest",
     "read_manifest_bytes",
+    "record_manifest",
     "role_for",
     "safe_text",
     "verify_bundle",

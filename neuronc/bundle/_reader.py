@@ -34,7 +34,7 @@ from neuronc.bundle.fs import (
 )
 from neuronc.bundle.signature import SIGNATURE_NAME
 from neuronc.errors import BundleFormatError, VerificationError
-from neuronc.fsutil import plural
+from neuronc.fsutil import plural, read_fd_upto
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import default_jobs
 
@@ -70,12 +70,7 @@ def read_manifest_bytes(bundle_dir: str | os.PathLike[str]) -> bytes:
         if os.fstat(fd).st_size > MAX_MANIFEST_BYTES:
             msg = f"{shown}/{MANIFEST_NAME}: larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB"
             raise BundleFormatError(msg)
-        chunks = []
-        remaining = MAX_MANIFEST_BYTES + 1
-        while remaining > 0 and (chunk := os.read(fd, min(remaining, 1 << 20))):
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+        return read_fd_upto(fd, MAX_MANIFEST_BYTES)
     finally:
         os.close(fd)
 

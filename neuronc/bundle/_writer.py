@@ -35,7 +35,7 @@ from neuronc.bundle.fs import (
     sweep_work_dir,
 )
 from neuronc.bundle.publish import Published, PublishHook, PublishStatus
-from neuronc.bundle.record import BuildRecord, manifest_data
+from neuronc.bundle.record import BuildRecord, record_manifest
 from neuronc.errors import CompileError, InvalidInputError
 from neuronc.fsutil import disk_full_as_error
 
@@ -283,8 +283,7 @@ class BundleWriter:
 
     def build_manifest(self, record: BuildRecord) -> Manifest:
         """The manifest ``finish`` would write (files as recorded so far)."""
-        data = manifest_data(record, self._files)
-        manifest = Manifest.model_validate(data, strict=False)
+        manifest = record_manifest(record, self._files)
         problems = semantic_problems(manifest)
         if problems:
             msg = "inconsistent manifest fields: " + "; ".join(problems[:10])

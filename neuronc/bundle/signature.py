@@ -27,6 +27,7 @@ from typing import Any
 from neuronc.bundle._manifest import MANIFEST_NAME, MAX_FILES, SIGNATURE_FILE, Manifest, safe_text
 from neuronc.bundle.fs import MissingEntry, UnsafeEntry, open_in_bundle, open_root
 from neuronc.errors import SignatureError
+from neuronc.fsutil import read_fd_upto
 
 SIGNATURE_NAME = SIGNATURE_FILE
 # The statement lists every file (about 150 bytes of JSON each, base64-encoded in the envelope).
@@ -69,14 +70,9 @@ def read_signature(bundle_dir: str | os.PathLike[str]) -> bytes | None:
             shown = f"{safe_text(bundle_dir)}/{SIGNATURE_NAME}"
             msg = f"{shown}: {size} bytes; no signature is larger than {MAX_SIGNATURE_BYTES}"
             raise SignatureError(msg)
-        chunks = []
-        left = MAX_SIGNATURE_BYTES + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_fd_upto(fd, MAX_SIGNATURE_BYTES)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > MAX_SIGNATURE_BYTES:
         raise SignatureError(f"{safe_text(bundle_dir)}/{SIGNATURE_NAME}: grew past {MAX_SIGNATURE_BYTES} bytes")
     return data

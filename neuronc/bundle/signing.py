@@ -78,6 +78,28 @@ class SignatureReport:
     trusted: str | None = None  # what the signature was checked against (verify only)
     signature: str | None = None  # where it was written (sign only)
 
+    @classmethod
+    def of(
+        cls,
+        bundle_dir: str | os.PathLike[str],
+        content: SignedContent,
+        start: float,
+        *,
+        trusted: str | None = None,
+        signature: str | None = None,
+    ) -> SignatureReport:
+        """The report of a signature just written (``signature``) or verified against ``trusted``."""
+        return cls(
+            bundle=str(bundle_dir),
+            method=content.method,
+            signer=content.signer,
+            files=len(content.resources),
+            seconds=time.perf_counter() - start,
+            verified=trusted is not None,
+            trusted=trusted,
+            signature=signature,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "bundle": self.bundle,
@@ -166,15 +188,7 @@ def sign_bundle(bundle_dir: str | os.PathLike[str], signer: Signer, *, jobs: int
     if problems:
         raise SignatureError(f"{shown}: the bundle changed while it was signed; nothing written", details=problems)
     path = write_signature(root, data)
-    return SignatureReport(
-        bundle=str(bundle_dir),
-        method=content.method,
-        signer=content.signer,
-        files=len(content.resources),
-        seconds=time.perf_counter() - start,
-        verified=False,
-        signature=str(path),
-    )
+    return SignatureReport.of(bundle_dir, content, start, signature=str(path))
 
 
 def _sigstore_identity(signer: Signer, shown: str) -> str | None:
@@ -290,15 +304,7 @@ def verify_signature(bundle_dir: str | os.PathLike[str], trust: TrustRoot) -> Si
         )
     if trust.method == CERTIFICATE and trust.identity is not None:
         _check_identity(content, trust, where)
-    return SignatureReport(
-        bundle=str(bundle_dir),
-        method=content.method,
-        signer=content.signer,
-        files=len(content.resources),
-        seconds=time.perf_counter() - start,
-        verified=True,
-        trusted=trust.describe(),
-    )
+    return SignatureReport.of(bundle_dir, content, start, trusted=trust.describe())
 
 
 def _article(method: str) -> str:

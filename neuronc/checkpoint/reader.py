@@ -18,8 +18,8 @@ that cannot be placed (legacy format, strided view) is read through torch's memo
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
@@ -361,32 +361,51 @@ def _read_index(tree: ModelTree, name: str) -> dict[str, set[str] | None]:
     return dict(sorted(files.items()))
 
 
+@dataclass
+class _Gathered:
+    """What opening a checkpoint's files gathers, with the checks every format makes: each file
+    exists, holds the tensors the index places there, and names no tensor another file has."""
+
+    tree: ModelTree
+    index: str | None
+    tensors: list[TensorInfo] = field(default_factory=list)
+    sources: list[SourceFile] = field(default_factory=list)
+    paths: dict[str, Path] = field(default_factory=dict)
+    seen: dict[str, str] = field(default_factory=dict)
+
+    def open(self, file: str, shown: str) -> Path:
+        try:
+            self.paths[file] = path = self.tree.path(file)
+        except FileNotFoundError:
+            raise CheckpointError(f"{shown}: no such file") from None
+        return path
+
+    def expect(self, shown: str, expected: set[str] | None, names: Collection[str]) -> None:
+        absent = sorted((expected or set()) - set(names))
+        if absent:
+            msg = f"{shown}: has no tensor '{safe_text(absent[0])}', which {self.index} places there"
+            raise CheckpointError(msg, details=[f"absent: {safe_text(n)}" for n in absent[:20]])
+
+    def claim(self, name: str, file: str, shown: str) -> None:
+        if name in self.seen:
+            raise CheckpointError(f"{shown}: tensor '{safe_text(name)}' is also in {safe_text(self.seen[name])}")
+        self.seen[name] = file
+
+    def checkpoint(self, fmt: CheckpointFormat, config: dict[str, Any] | None) -> Checkpoint:
+        return Checkpoint(self.tree.shown, fmt, self.sources, self.tensors, config, self.paths)
+
+
 def _open_safetensors(
     tree: ModelTree, files: dict[str, set[str] | None], config: dict[str, Any] | None, *, index: str | None
 ) -> Checkpoint:
-    tensors: list[TensorInfo] = []
-    sources: list[SourceFile] = []
-    paths: dict[str, Path] = {}
-    seen: dict[str, str] = {}
+    found = _Gathered(tree, index)
     for file, expected in files.items():
         shown = tree.display(file)
-        try:
-            paths[file] = tree.path(file)
-        except FileNotFoundError:
-            raise CheckpointError(f"{shown}: no such file") from None
-        header: SafetensorsHeader = read_header(paths[file], display=shown)
-        names = {e.name for e in header.entries}
-        if expected is not None:
-            absent = sorted(expected - names)
-            if absent:
-                msg = f"{shown}: has no tensor '{safe_text(absent[0])}', which {index} places there"
-                raise CheckpointError(msg, details=[f"absent: {safe_text(n)}" for n in absent[:20]])
+        header: SafetensorsHeader = read_header(found.open(file, shown), display=shown)
+        found.expect(shown, expected, [e.name for e in header.entries])
         for entry in header.entries:
-            if entry.name in seen:
-                msg = f"{shown}: tensor '{safe_text(entry.name)}' is also in {safe_text(seen[entry.name])}"
-                raise CheckpointError(msg)
-            seen[entry.name] = file
-            tensors.append(
+            found.claim(entry.name, file, shown)
+            found.tensors.append(
                 TensorInfo(
                     name=entry.name,
                     dtype=entry.dtype,
@@ -396,33 +415,22 @@ def _open_safetensors(
                     nbytes=entry.nbytes,
                 )
             )
-        sources.append(SourceFile(file, header.file_size, header.header_sha256))
-    return Checkpoint(tree.shown, "safetensors", sources, tensors, config, paths)
+        found.sources.append(SourceFile(file, header.file_size, header.header_sha256))
+    return found.checkpoint("safetensors", config)
 
 
 def _open_bin(
     tree: ModelTree, files: dict[str, set[str] | None], config: dict[str, Any] | None, *, index: str | None
 ) -> Checkpoint:
-    tensors: list[TensorInfo] = []
-    sources: list[SourceFile] = []
-    paths: dict[str, Path] = {}
-    seen: dict[str, str] = {}
+    found = _Gathered(tree, index)
     for file, expected in files.items():
         shown = tree.display(file)
-        try:
-            paths[file] = path = tree.path(file)
-        except FileNotFoundError:
-            raise CheckpointError(f"{shown}: no such file") from None
+        path = found.open(file, shown)
         state = load_bin(path, display=shown)
         offsets = locate_tensors(path, state)
-        absent = sorted((expected or set()) - set(state))
-        if absent:
-            msg = f"{shown}: has no tensor '{safe_text(absent[0])}', which {index} places there"
-            raise CheckpointError(msg, details=[f"absent: {safe_text(n)}" for n in absent[:20]])
+        found.expect(shown, expected, state.keys())
         for name, tensor in state.items():
-            if name in seen:
-                raise CheckpointError(f"{shown}: tensor '{safe_text(name)}' is also in {safe_text(seen[name])}")
-            seen[name] = file
+            found.claim(name, file, shown)
             code = torch_dtype_code(tensor.dtype)
             if code is None:
                 msg = f"{shown}: tensor '{safe_text(name)}' has dtype {tensor.dtype}, which neuronc cannot split"
@@ -432,7 +440,7 @@ def _open_bin(
                 msg = f"{shown}: tensor '{safe_text(name)}': shape {list(shape)} does not fit safetensors: {problem}"
                 raise CheckpointError(msg)
             nbytes = tensor.numel() * DTYPE_SIZES[code]
-            tensors.append(TensorInfo(name, code, shape, file, offsets.get(name), nbytes))
-        sources.append(SourceFile(file, os.stat(path).st_size, None))
+            found.tensors.append(TensorInfo(name, code, shape, file, offsets.get(name), nbytes))
+        found.sources.append(SourceFile(file, os.stat(path).st_size, None))
         del state
-    return Checkpoint(tree.shown, "pytorch", sources, tensors, config, paths)
+    return found.checkpoint("pytorch", config)

@@ -29,6 +29,9 @@ app = cli.Group(
 )
 
 
+# ``Any`` here is Click's: a command is any ``Callable[..., Any]`` (click.Command's callback), called
+# with the parsed parameters as keyword arguments of any type, and ``command`` forwards Click's own
+# settings (``click.Group.command(**kwargs: Any)``).
 F = TypeVar("F", bound=Callable[..., Any])
 # Click's completion variable for the `neuronc` program (_{PROG_NAME}_COMPLETE).
 COMPLETE_VAR = "_NEURONC_COMPLETE"

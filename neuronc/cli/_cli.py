@@ -43,6 +43,9 @@ import click
 from click import BadParameter as BadParameter
 from click.exceptions import Exit as Exit
 
+# ``Any`` in this module is Click's: a command is any ``Callable[..., Any]`` (click.Command's
+# callback), ``ParamType.convert`` and parameter callbacks take and return ``Any`` (click/types.py,
+# click/core.py), and parameter annotations are read as runtime objects of any type.
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Metavars in usage lines and help, as neuronc has always printed them ("--jobs N", "--tol X").

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -81,7 +82,7 @@ _RESERVED_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 _RESOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:/-]{0,127}")
 
 
-def refuse_ray_options_without_ray(executor: ExecutorName, given: dict[str, Any]) -> None:
+def refuse_ray_options_without_ray(executor: ExecutorName, given: Mapping[str, object]) -> None:
     """Ray options mean nothing to ``--executor local``: refuse them (exit 2) instead of ignoring them."""
     if executor == ExecutorName.RAY:
         return
@@ -154,7 +155,7 @@ def parse_runtime_env(value: str | None) -> dict[str, Any] | None:
     return data
 
 
-def _load_yaml(text: str, where: str) -> Any:
+def _load_yaml(text: str, where: str) -> object:
     """``yaml.safe_load``; a syntax error or an unsafe tag (``!!python/object``) is exit 2 at file:line:col."""
     import yaml
 

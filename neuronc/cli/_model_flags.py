@@ -82,9 +82,9 @@ def profiles_to_build(
             used = "--save-profile" if save_to is not None else "--dry-run"
             raise InvalidInputError(f"{used} needs --model and its flags", hint="neuronc compile --help")
         if not profiles:
-            raise InvalidInputError(
-                "nothing to compile: pass profile files, or --model with --backend, --target and --max-length",
-                hint="e.g. neuronc compile profiles/tiny-llama-cpu.yaml",
+            # A usage error as Click reports a missing argument (exit 2, "Error: ...", the --help hint).
+            raise click.UsageError(
+                "Missing argument 'PROFILES'. Pass profile files, or --model with --backend, --target and --max-length."
             )
         return profiles
     if save_to is not None:

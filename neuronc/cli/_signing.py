@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from neuronc.bundle.signing import SignatureReport, Signer
     from neuronc.bundle.signing_material import TrustRoot
     from neuronc.errors import NeuroncError
+    from neuronc.pipeline import BuildReport
 
 # -- options shared by the commands that check a signature -------------------------------------
 
@@ -143,7 +144,7 @@ def render_signature(report: dict[str, Any], *, verb: str) -> None:
     )
 
 
-def sign_built(reports: list[Any], signer: Signer, store: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+def sign_built(reports: list[BuildReport], signer: Signer, store: str | None) -> tuple[list[dict[str, Any]], list[str]]:
     """`compile --sign`: sign each bundle this run built, store the signature with it, sign its --out copy.
 
     A store hit (found in the store, or published first by another host) was not built here: anyone
@@ -171,7 +172,8 @@ def sign_built(reports: list[Any], signer: Signer, store: str | None) -> tuple[l
             if not report.ok or not report.bundle:
                 continue
             bundle = Path(report.bundle)
-            if not bundle.is_dir():  # built on a Ray node: the report names the store's URL; sign a local copy
+            # Built on a Ray node: the report names the store's URL; sign a local copy.
+            if not bundle.is_dir() and report.config_hash and report.toolchain_key:
                 bundle = opened.lookup(report.config_hash, report.toolchain_key) or bundle
             if report.status == BuildStatus.HIT:
                 kept, why = _own_signature(bundle, signer, own)

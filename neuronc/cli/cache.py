@@ -205,7 +205,7 @@ def _nothing_message(result: LookupResult) -> str:
 _SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def _row(match: Match) -> list[Any]:
+def _row(match: Match) -> list[object]:
     e = match.entry
     return [
         e.batch_size,

@@ -26,6 +26,7 @@ from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
 
 if TYPE_CHECKING:
     from neuronc.pipeline import BuildReport
+    from neuronc.pipeline.local import Executor
 
 OutDirOpt = Annotated[
     Path | None,
@@ -149,7 +150,7 @@ def compile_command(
             "--ray-connect-timeout": ray_connect_timeout,
         },
     )
-    runner: Any = None
+    runner: Executor | None = None
     if executor == ExecutorName.RAY:
         from neuronc.pipeline.farm import RayExecutor
 
@@ -163,11 +164,11 @@ def compile_command(
             connect_timeout=ray_connect_timeout,
         )
         runner = RayExecutor(settings)
-    reports: list[Any] = []
+    reports: list[BuildReport] = []
     signatures: list[dict[str, Any]] = []
     unsigned: list[str] = []
 
-    def on_report(report: Any) -> None:
+    def on_report(report: BuildReport) -> None:
         reports.append(report)
         _announce(report)
 
@@ -256,7 +257,7 @@ def _announce(report: BuildReport) -> None:
         out.info(f"{report.label}: {message}")
 
 
-def _render(reports: list[Any]) -> None:
+def _render(reports: list[BuildReport]) -> None:
     from neuronc.pipeline import BuildStatus
 
     rows = [
@@ -284,7 +285,7 @@ def _render(reports: list[Any]) -> None:
             out.print(f"{r.label} → {r.out or r.bundle}")
 
 
-def _graphs_cell(report: Any) -> str:
+def _graphs_cell(report: BuildReport) -> str:
     from neuronc.pipeline import BuildStatus
 
     if not report.graphs:

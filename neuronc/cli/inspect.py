@@ -6,9 +6,9 @@ a bundle is untrusted data (tests/test_inspect_hostile.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -27,6 +27,9 @@ from neuronc.cli._signing import (
     trust_for,
 )
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
+
+if TYPE_CHECKING:
+    from neuronc.bundle import Manifest
 
 BundleArg = Annotated[Path, cli.Argument(help="Bundle directory.", show_default=False)]
 BundleOrUrlArg = Annotated[
@@ -56,7 +59,7 @@ AgainstImageOpt = Annotated[
 # (neuronc.accuracy.accuracy_check(...) returns one). A check takes (bundle_dir, manifest), returns
 # JSON-ready data stored under its name, and raises a NeuroncError to fail. To add one to `verify`,
 # declare its option on verify_command and pass extra={"accuracy": check} to _run_checks.
-VerifyCheck = Callable[[Path, Any], dict[str, Any]]
+VerifyCheck = Callable[[Path, "Manifest"], dict[str, Any]]
 
 
 @command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
@@ -76,18 +79,18 @@ def inspect_command(
     manifest = read_manifest(bundle)
     data = bundle_summary(manifest, bundle)
     if data["load_snippet"] is None:
-        data["load_snippet"] = _backend_snippet(manifest.backend, bundle)
+        data["load_snippet"] = _backend_snippet(manifest, bundle)
     failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
     _finish(data, lambda: _render(data), failure)
 
 
-def _backend_snippet(backend: str, bundle: Path) -> str | None:
+def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
     """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
-    from neuronc.backends import get_backend, is_registered
+    from neuronc.backends import is_registered, resolve_backend
 
-    if not is_registered(backend):
+    if not is_registered(manifest.backend):
         return None
-    return get_backend(backend).load_snippet(str(bundle.absolute()))
+    return resolve_backend(manifest).load_snippet(str(bundle.absolute()))
 
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
@@ -204,7 +207,7 @@ def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | N
 
 def _run_checks(
     bundle: Path,
-    manifest: Any,
+    manifest: Manifest,
     data: dict[str, Any],
     *,
     verify: bool,
@@ -249,7 +252,7 @@ def _run_checks(
     return failures[0] if failures else None
 
 
-def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> NeuroncError | None:
+def _environment_failure(bundle: str, manifest: Manifest, data: dict[str, Any]) -> NeuroncError | None:
     """Compare the bundle's toolchain with this environment into ``data``; the error if incompatible."""
     from neuronc.bundle import INCOMPATIBLE
 
@@ -266,13 +269,13 @@ def _environment_failure(bundle: str, manifest: Any, data: dict[str, Any]) -> Ne
     return EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint"))
 
 
-def environment_comparison(manifest: Any) -> dict[str, Any]:
+def environment_comparison(manifest: Manifest) -> dict[str, Any]:
     """compare_toolchain against the installed versions of the bundle's backend, as JSON."""
-    from neuronc.backends import get_backend
+    from neuronc.backends import resolve_backend
     from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
 
     try:
-        installed = get_backend(manifest.backend).toolchain_versions()
+        installed = resolve_backend(manifest).toolchain_versions()
     except (NeuroncError, ImportError) as exc:
         reason = exc.message if isinstance(exc, NeuroncError) else str(exc)
         return {
@@ -297,7 +300,9 @@ def environment_comparison(manifest: Any) -> dict[str, Any]:
     return result
 
 
-def _releases_of(bundle: Any, installed: Any) -> dict[str, str | None]:
+def _releases_of(
+    bundle: Mapping[str, str | None] | None, installed: Mapping[str, str | None] | None
+) -> dict[str, str | None]:
     """The Neuron SDK releases (the support matrix) the bundle's and the installed versions are."""
     from neuronc.backends.support import detect_release
 

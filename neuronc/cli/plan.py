@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -19,6 +19,10 @@ from neuronc.cli._executor import (
 )
 from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
+
+if TYPE_CHECKING:
+    from neuronc.ci import BuildPlan
+    from neuronc.pipeline.farm import Need, Node, RaySettings
 
 SnapshotOpt = Annotated[
     Path | None,
@@ -98,8 +102,8 @@ def plan_command(
         from neuronc.buckets import plan_traffic
 
         plan_traffic(specs, rows, traffic)
-    nodes: list[Any] = []
-    placed: list[Any] = []
+    nodes: list[Node] = []
+    placed: list[tuple[Need, list[Node]]] = []
     if settings is not None:
         nodes, placed = _ray_placement(plans, settings, rows)
     unplaced = [need for need, nodes in placed if not nodes]
@@ -135,18 +139,26 @@ def plan_command(
     raise PreflightError(msg, details=details, hint=hint + "or lower batch_size or sequence.max_length")
 
 
-def _ray_placement(plans: list[Any], settings: Any, rows: list[dict[str, Any]]) -> tuple[list[Any], list[Any]]:
+def _ray_placement(
+    plans: list[BuildPlan], settings: RaySettings, rows: list[dict[str, Any]]
+) -> tuple[list[Node], list[tuple[Need, list[Node]]]]:
     """Each build's need on the Ray cluster and the nodes it fits, added to its JSON row as ``ray``."""
     from neuronc.pipeline.farm import placement
 
     # The builds as plan_builds resolved them: resolved once, not again for the cluster.
-    nodes, placed = placement([p.context for p in plans], settings)
+    contexts = [p.context for p in plans if p.context is not None]
+    assert len(contexts) == len(plans), "plan_builds resolves every build"
+    nodes, placed = placement(contexts, settings)
     for row, (need, fits) in zip(rows, placed, strict=True):
         row["ray"] = {"need": need.to_json(), "fits": bool(fits), "nodes": [n.name for n in fits]}
     return nodes, placed
 
 
-def _render(plans: list[Any], placed: list[Any] | None = None, documents: list[dict[str, Any]] | None = None) -> None:
+def _render(
+    plans: list[BuildPlan],
+    placed: list[tuple[Need, list[Node]]] | None = None,
+    documents: list[dict[str, Any]] | None = None,
+) -> None:
     from rich.markup import escape
 
     from neuronc.ci import CacheStatus

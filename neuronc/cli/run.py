@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,8 +35,14 @@ def run_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Generate text with a bundle: smallest context bucket that fits, then one token per step."""
+    from neuronc.backends.inductor.format import TRUST_CPU_FLAGS_ENV
     from neuronc.runtime import load
 
+    # This process only loads graphs (the one backend that runs here is inductor): torch need not
+    # probe the CPU's ISA by compiling test programs (see TRUST_CPU_FLAGS_ENV). Not done by
+    # neuronc.runtime.load, which runs inside other people's processes.
+    for name, value in TRUST_CPU_FLAGS_ENV.items():
+        os.environ.setdefault(name, value)
     out.configure(json_mode=json_out)
     # Loading binds the weights and warms every graph up: seconds, so it says so while it works.
     with out.progress() as sink:

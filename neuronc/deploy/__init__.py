@@ -13,10 +13,14 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues, serving_values
 from neuronc.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from neuronc.bundle import Manifest
 
 # An image reference, by the grammar of github.com/distribution/reference (reference.go, the grammar
 # Docker and every registry client parse with): [domain[:port]/]path-component(/path-component)*
@@ -77,14 +81,16 @@ def parse_stack(word: str) -> Stack:
         raise InvalidInputError(f"--for {word}: not a serving stack neuronc knows; choose one of {choices}") from None
 
 
-def check_compatible(stack: Stack, backend: str, target: str) -> None:
+def check_compatible(stack: Stack, manifest: Manifest) -> None:
     """Raise InvalidInputError (exit 2) with the way forward when a stack cannot serve this bundle.
 
-    Which stacks load a bundle is the backend's to say (``Backend.serving_stacks``).
+    Which stacks load a bundle is the backend's to say (``Backend.serving_stacks``). The bundle was
+    read from disk: its manifest's backend name is resolved here, once (``resolve_backend``).
     """
-    from neuronc.backends import get_backend, is_registered
+    from neuronc.backends import is_registered, resolve_backend
 
-    stacks = get_backend(backend).serving_stacks if is_registered(backend) else ()
+    backend, target = manifest.backend, manifest.target
+    stacks = resolve_backend(manifest).serving_stacks if is_registered(backend) else ()
     if stack.value in stacks:
         return
     if target == "cpu" or not stacks:
@@ -113,7 +119,7 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
         from neuronc.deploy.sagemaker import vllm_dlc_refusal
 
         vllm_dlc_refusal(manifest.backend, manifest.toolchain, manifest.extra)
-    check_compatible(chosen, manifest.backend, manifest.target)
+    check_compatible(chosen, manifest)
     values = serving_values(manifest, Path(bundle_dir), options.bundle_path)
     if chosen is Stack.vllm and values.backend == "nxdi":
         from neuronc.deploy.vllm import render_vllm

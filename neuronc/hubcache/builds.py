@@ -195,7 +195,7 @@ def _lookup_one(
     constraints: Filters,
     nearest_count: int,
 ) -> BuildLookup:
-    from neuronc.backends import get_backend
+    from neuronc.backends import backend_of
 
     hits: list[Match] = []
     scored: list[tuple[tuple[Any, ...], Nearest]] = []
@@ -217,7 +217,7 @@ def _lookup_one(
             seen.add(key)
             nearest.append(near)
     notes = list(context.notes)
-    if not get_backend(spec.backend).uses_hf_neuron_cache:
+    if not backend_of(spec).uses_hf_neuron_cache:
         notes.append(
             f"backend {spec.backend}: the Hugging Face Neuron cache is filled by optimum-neuron exports; "
             "a hit means optimum-neuron has compiled these shapes"

@@ -102,9 +102,9 @@ def resolve_build(
     from neuronc.model.source import resolve_revision
 
     if backend is None:
-        from neuronc.backends import get_backend
+        from neuronc.backends import backend_of
 
-        backend = get_backend(spec.backend)
+        backend = backend_of(spec)
     if availability is None:
         availability = backend.availability()
     if strict and not availability.available:

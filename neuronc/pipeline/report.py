@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import (
     EXIT_COMPILE_FAILED,
@@ -25,6 +25,9 @@ from neuronc.errors import (
     NeuroncError,
 )
 from neuronc.spec import BuildSpec
+
+if TYPE_CHECKING:
+    from neuronc.bundle import Stage
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -70,14 +73,12 @@ class StageReport:
             "children_peak_rss_bytes": self.children_peak_rss_bytes,
         }
 
-    def to_manifest(self) -> dict[str, Any]:
+    def to_manifest(self) -> Stage:
         """The manifest's stage record: peak RSS of this process or any child, whichever is larger."""
+        from neuronc.bundle import Stage
+
         peaks = [v for v in (self.peak_rss_bytes, self.children_peak_rss_bytes) if v is not None]
-        return {
-            "name": self.name,
-            "wall_seconds": round(self.seconds, 4),
-            "peak_rss_bytes": max(peaks) if peaks else None,
-        }
+        return Stage(name=self.name, wall_seconds=round(self.seconds, 4), peak_rss_bytes=max(peaks) if peaks else None)
 
 
 @dataclass(frozen=True)

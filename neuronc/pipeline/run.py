@@ -57,13 +57,14 @@ class Outcome:
 
 def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
     """Each backend's availability; raise BackendUnavailableError (exit 5) naming every one that cannot run."""
-    from neuronc.backends import get_backend
+    from neuronc.backends import backend_of
 
     problems: list[str] = []
     hints: list[str] = []
     found: dict[str, Availability] = {}
-    for name in sorted({s.backend for s in specs}):
-        availability = found[name] = get_backend(name).availability()
+    backends = {spec.backend: backend_of(spec) for spec in specs}
+    for name in sorted(backends):
+        availability = found[name] = backends[name].availability()
         if not availability.available:
             problems.append(f"{name}: {availability.reason or 'not available'}")
             if availability.install_hint:

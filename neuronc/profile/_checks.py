@@ -161,10 +161,10 @@ def check_lnc(options: Mapping[str, Any], backend: Backend, problem: Problem) ->
 
 
 def _target_problem(target: str, backend: Backend) -> str:
-    from neuronc.backends import backend_names, get_backend
+    from neuronc.backends import backends_compiling_for
 
     allowed = ", ".join(sorted(backend.targets))
-    able = [n for n in backend_names() if n != backend.name and target in get_backend(n).targets]
+    able = [n for n in backends_compiling_for(target) if n != backend.name]
     if len(able) == 1:
         return f"target '{target}' needs the '{able[0]}' backend; '{backend.name}' compiles for {allowed}"
     if able:

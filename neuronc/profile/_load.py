@@ -173,7 +173,7 @@ def _build_one(
         message, hint = unknown_backend_message(name)
         problem(("backend",), f"{message} ({hint})")
         return None
-    backend = get_backend(name)
+    backend = get_backend(name)  # the build's one backend resolution: the spec carries the object down
     check_backend_fields(view, backend, problem)
     check_model(view, backend, filename, base_dir, check_model_config, problem, warnings)
     if model is None or context_buckets is None or token_buckets is None or len(problems) > count_before:
@@ -202,7 +202,7 @@ def _build_one(
         profile_path=filename,
         build_index=index,
         matrix_values=dict(combo),
-    )
+    ).bound_to(backend)
     for found in backend.check_spec(spec):
         problem(found.path, found.message)
     return None if len(problems) > count_before else spec

@@ -231,13 +231,14 @@ def host_verdict(bundle: Path) -> Verdict:
     """The verdict against this host: the installed versions and this environment's variables."""
     import os
 
-    from neuronc.backends import get_backend
+    from neuronc.backends import resolve_backend
     from neuronc.bundle import read_manifest
     from neuronc.verdict.image import neuron_env
 
-    backend = read_manifest(bundle).backend
+    # A bundle read from disk names its backend: resolved here, once.
+    manifest = read_manifest(bundle)
     try:
-        installed = get_backend(backend).toolchain_versions()
+        installed = resolve_backend(manifest).toolchain_versions()
     except ImportError:
         installed = {}
     side = ServingSide("this host", "installed versions and this environment", installed, None, neuron_env(os.environ))

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from neuronc.backends import bind_backend
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
-from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, WeightsSource
+from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, Stage, WeightsSource
 from neuronc.keys import ConfigKey
 from neuronc.pipeline.context import resolve_build
 from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
@@ -79,7 +80,8 @@ def make_spec(**overrides: Any) -> BuildSpec:
         "options": {},
     }
     data.update(overrides)
-    return BuildSpec(**data)
+    # Built as the profile loader builds a spec: bound to its Backend object once.
+    return bind_backend(BuildSpec(**data))
 
 
 def build_bundle(
@@ -107,7 +109,7 @@ def build_bundle(
     else:
         assert destination is not None
         writer = BundleWriter(destination)
-    stages: list[dict[str, Any]] = []
+    stages: list[Stage] = []
     with writer:
         with _stage(stages, "load"):
             writer.write_text("profile.yaml", f"model: {{id: {spec.model.id}}}\nbackend: {spec.backend}\n")
@@ -168,13 +170,13 @@ def build_bundle(
 
 
 @contextlib.contextmanager
-def _stage(stages: list[dict[str, Any]], name: str) -> Iterator[None]:
+def _stage(stages: list[Stage], name: str) -> Iterator[None]:
     """Time a stage for the manifest's ``stages`` record."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        stages.append({"name": name, "wall_seconds": round(time.perf_counter() - start, 6), "peak_rss_bytes": None})
+        stages.append(Stage(name=name, wall_seconds=round(time.perf_counter() - start, 6)))
 
 
 def spec_key(spec: BuildSpec, environ: dict[str, str] | None = None) -> ConfigKey:

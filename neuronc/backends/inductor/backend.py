@@ -4,7 +4,8 @@ Graphs (see docs/inductor.md): one context-encoding graph per (batch, context bu
 token-generation graph per (batch, token bucket), where a token bucket is a KV-length window of a
 static cache allocated at ``max_length``; the profile's default token buckets are ``[max_length]``,
 so by default there is exactly one token-generation graph. Each graph is exported and compiled by
-AOTInductor in its own process, into a weightless ``.pt2`` (``package_constants_in_so=False``); the
+AOTInductor in a worker process (``inductor.build``: up to ``--jobs`` of them, each compiling
+several graphs in turn), into a weightless ``.pt2`` (``package_constants_in_so=False``); the
 runtime binds one shared copy of the bundle's weights to every graph.
 
 Every graph has a cache key, and compiled graphs are kept in a graph cache (``inductor.cache``):
@@ -18,11 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -42,6 +40,7 @@ from neuronc.backends.base import (
     SpecProblem,
 )
 from neuronc.backends.inductor import cache
+from neuronc.backends.inductor.build import Pending, build_all
 from neuronc.backends.inductor.format import (
     GRAPH_FORMAT,
     INDEX_NAME,
@@ -52,8 +51,7 @@ from neuronc.backends.inductor.format import (
     weight_files,
     weight_shapes,
 )
-from neuronc.backends.worker import Workers, worker_command, worker_env
-from neuronc.errors import CheckpointError, CompileError, InvalidInputError, log_tail
+from neuronc.errors import CheckpointError, CompileError, InvalidInputError
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import StrictModel
 
@@ -66,14 +64,6 @@ __all__ = ["GRAPH_FORMAT", "INDEX_NAME", "InductorBackend", "InductorOptions"]
 
 _LOG_TAIL_LINES = 40
 _WORKER_MODULE = "neuronc.backends.inductor.worker"
-
-
-@dataclass
-class _Pending:
-    graph: GraphSpec
-    key: str
-    out_dir: Path
-    log_path: Path
 
 
 class InductorOptions(StrictModel):
@@ -199,7 +189,7 @@ class InductorBackend(BackendBase):
         }
         results: dict[GraphSpec, CompiledGraph] = {}
         metas: dict[GraphSpec, dict[str, Any]] = {}
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         for graph in job.plan.graphs:
             key = keys[graph]
             started = time.perf_counter()
@@ -215,12 +205,12 @@ class InductorBackend(BackendBase):
             out_dir = (
                 cache.new_tmp_dir(cache_root, key) if cache_root is not None else job.work_dir / "graphs" / graph.name
             )
-            pending.append(_Pending(graph, key, out_dir, out_dir / f"{graph.name}.log"))
+            pending.append(Pending(graph, key, out_dir, out_dir / f"{graph.name}.log"))
 
         if pending:
             if cache_root is not None:
                 cache.sweep_tmp(cache_root / "tmp")
-            built = _build_all(job, pending, inductor_config, max_length, cache_root)
+            built = build_all(job, pending, inductor_config, max_length, cache_root)
             for item in pending:
                 meta, seconds, entry = built[item.graph]
                 cache.install(entry, item.graph.name, job.artifacts_dir, job.logs_dir, cache_hit=False, key=item.key)
@@ -286,112 +276,6 @@ def _model_config(checkpoint_dir: Path) -> dict[str, Any]:
         msg = f"model_type {model_type!r} is not supported by the inductor backend"
         raise InvalidInputError(msg, hint=f"supported model types: {', '.join(SUPPORTED_MODEL_TYPES)}")
     return config
-
-
-def _worker_env(job: CompileJob, cache_root: Path | None) -> dict[str, str]:
-    inductor_cache = cache_root / "torchinductor" if cache_root is not None else job.work_dir / "torchinductor"
-    # Not setdefault: torch writes its default into os.environ once Inductor runs in this process.
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache), **job.env}
-    # One graph per process and several processes in parallel: keep each process single-threaded.
-    fixed = {"OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return worker_env(env, {**fixed, "HF_HUB_OFFLINE": "1"})
-
-
-def _build_all(
-    job: CompileJob,
-    pending: Sequence[_Pending],
-    inductor_config: Mapping[str, Any],
-    max_length: int,
-    cache_root: Path | None,
-) -> dict[GraphSpec, tuple[dict[str, Any], float, Path]]:
-    """Build the graphs the cache lacks, ``job.jobs`` at a time; the first failure stops the rest."""
-    env = _worker_env(job, cache_root)
-    built: dict[GraphSpec, tuple[dict[str, Any], float, Path]] = {}
-    failures: list[CompileError] = []
-    cancel = threading.Event()
-    workers = Workers(job.pool, job.host_compile_per_graph_bytes)
-
-    def run(item: _Pending) -> tuple[dict[str, Any], float, Path]:
-        if cancel.is_set():
-            raise CompileError(f"graph {item.graph.name}: not compiled (an earlier graph failed)")
-        task = job.progress.task(f"graph {item.graph.name}")
-        try:
-            meta, seconds = _run_worker(job, item, env, max_length, inductor_config, workers)
-        except CompileError:
-            task.done("failed")
-            raise
-        entry = cache.publish(item.out_dir, cache_root, item.graph.name, item.key)
-        task.done(f"{seconds:.1f} s")
-        return meta, seconds, entry
-
-    import concurrent.futures  # here: a store hit loads this module but compiles nothing
-
-    threads = max(1, min(job.jobs, len(pending)))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="neuronc-graph") as pool:
-        futures = {pool.submit(run, item): item for item in pending}
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                try:
-                    built[futures[future].graph] = future.result()
-                except CompileError as exc:
-                    cancel.set()
-                    failures.append(exc)
-        except BaseException:
-            cancel.set()
-            workers.terminate_all()
-            raise
-    if failures:
-        real = [f for f in failures if f.log_path] or failures
-        raise real[0]
-    return built
-
-
-def _run_worker(
-    job: CompileJob,
-    item: _Pending,
-    env: Mapping[str, str],
-    max_length: int,
-    inductor_config: Mapping[str, Any],
-    workers: Workers,
-) -> tuple[dict[str, Any], float]:
-    """Export + compile one graph in a child process; its output goes to the graph's log."""
-    graph = item.graph
-    item.out_dir.mkdir(parents=True, exist_ok=True)
-    request = {
-        "model_dir": str(job.checkpoint_dir.resolve()),
-        "role": graph.role,
-        "batch": graph.batch,
-        "bucket": graph.bucket,
-        "max_length": max_length,
-        "dtype": job.spec.dtype,
-        "out_dir": str(item.out_dir.resolve()),
-        "name": graph.name,
-        "inductor_config": dict(inductor_config),
-    }
-    request_path = item.out_dir / "request.json"
-    request_path.write_text(json.dumps(request, indent=2), encoding="utf-8")
-    bundle_log = job.logs_dir / f"{graph.name}.log"
-    with item.log_path.open("wb") as log:
-        log.write(f"# neuronc inductor: graph {graph.name}, cache key {item.key}\n".encode())
-        log.write(f"# TORCHINDUCTOR_CACHE_DIR={env.get('TORCHINDUCTOR_CACHE_DIR')}\n".encode())
-        log.flush()
-        command = worker_command(_WORKER_MODULE, [str(request_path)])
-        ended = workers.run(command, env=env, cwd=item.out_dir, log=log)
-        log.write(f"# exit status {ended.returncode} after {ended.seconds:.2f} s\n".encode())
-    shutil.copyfile(item.log_path, bundle_log)
-    meta_path = item.out_dir / f"{graph.name}.json"
-    if ended.returncode != 0 or not meta_path.is_file():
-        tail = log_tail(bundle_log, _LOG_TAIL_LINES)
-        shutil.rmtree(item.out_dir, ignore_errors=True)
-        msg = f"graph {graph.name}: export/AOTInductor compile failed (exit status {ended.returncode})"
-        raise CompileError(msg, details=tail, log_path=str(bundle_log), hint=f"full compiler output: {bundle_log}")
-    meta: dict[str, Any] = json.loads(meta_path.read_text(encoding="utf-8"))
-    meta["cache_key"] = item.key
-    meta["built_seconds"] = round(ended.seconds, 3)
-    meta["package_sha256"] = cache.sha256_file(item.out_dir / f"{graph.name}.pt2")
-    meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    request_path.unlink(missing_ok=True)
-    return meta, ended.seconds
 
 
 def _check_weights(job: CompileJob, metas: Sequence[Mapping[str, Any]]) -> None:

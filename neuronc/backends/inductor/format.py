@@ -20,6 +20,18 @@ SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 _ISA_ORDER = ("default", "avx2", "avx512", "avx512_vnni")
 
 
+# Loading a package, torch compiles and dlopens test programs to find the CPU's vector ISA, only to
+# compare it with the one the package records (``torch/export/pt2_archive/_package.py`` ``_load_aoti``
+# -> ``torch/_inductor/codecache.py`` ``get_device_information`` -> ``cpu_vec_isa.pick_vec_isa``);
+# the public loader has no argument to skip it. The bundle records its ISA (toolchain.cpu_isa) and
+# the runtime checks it against /proc/cpuinfo before loading (``runtime.check_toolchain``), so a
+# process that only loads graphs can let torch take the CPU's flags as they are:
+# ``torch._inductor.config.cpp.vec_isa_ok``, "If None, autodetect whether or not AVX512/AVX2 can be
+# used. Otherwise, force usage as specified, without testing", read from this variable when torch's
+# inductor is first imported. It changes no compiled code: torch only logs a mismatch on load.
+TRUST_CPU_FLAGS_ENV = {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
+
 def graph_files(name: str) -> tuple[str, str, str]:
     """The files of one compiled graph: package, metadata, graph-owned constants."""
     return f"{name}.pt2", f"{name}.json", f"{name}.constants.safetensors"

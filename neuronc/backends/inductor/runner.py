@@ -13,12 +13,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN
 from neuronc.errors import BundleFormatError, InvalidInputError
+
+if TYPE_CHECKING:
+    from neuronc.backends.inductor.tokenizer import TextTokenizer
 
 DTYPES: dict[str, Any] = {
     "float32": torch.float32,
@@ -101,7 +104,7 @@ class InductorRunner:
             raise BundleFormatError(f"{bundle_dir}: the bundle needs at least one context and one token graph")
         kv_specs = [s for s in self._cte[0].inputs if s["name"][:2] in ("k_", "v_")]
         self.kv = [torch.zeros(s["shape"], dtype=DTYPES[s["dtype"]]) for s in kv_specs]
-        self._tokenizer: Any = None
+        self._tokenizer: TextTokenizer | None = None
 
     # -- shapes ----------------------------------------------------------------------------------
     @property
@@ -140,24 +143,19 @@ class InductorRunner:
         return any((model_dir / n).is_file() for n in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"))
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> TextTokenizer:
+        """The bundle's tokenizer: ``tokenizers`` on its tokenizer.json where that is all it takes."""
         if self._tokenizer is None:
-            import transformers
+            from neuronc.backends.inductor.tokenizer import load_tokenizer
 
-            auto: Any = transformers.AutoTokenizer
-            model_dir = self.model_dir
-            try:
-                self._tokenizer = auto.from_pretrained(str(model_dir), local_files_only=True)
-            except (OSError, ValueError) as exc:
-                msg = f"{model_dir}: cannot load the tokenizer: {exc}"
-                raise BundleFormatError(msg, hint="pass token ids instead of text") from None
+            self._tokenizer = load_tokenizer(self.model_dir)
         return self._tokenizer
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text)["input_ids"])
+        return self.tokenizer.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+        return self.tokenizer.decode(ids)
 
     # -- graph calls -----------------------------------------------------------------------------
     def call(self, graph: LoadedGraph, *args: Any) -> Any:

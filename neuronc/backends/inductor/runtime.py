@@ -137,11 +137,9 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
     check_toolchain(index)
     # Must be set before the packages load: AOTInductor then rejects wrong shapes and dtypes itself.
     os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
+    import torch._inductor  # where torch's public package loader lives (it imports torch._dynamo)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    from torch._inductor import package as aoti_package
-
-    packages: Any = aoti_package
 
     artifacts = root / "artifacts"
     weights = load_weights(root)
@@ -157,7 +155,7 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
         package = artifacts / entry["package"]
         if not package.is_file():
             raise BundleFormatError(f"{package}: missing")
-        model = packages.load_package(str(package))
+        model = torch._inductor.aoti_load_package(str(package))
         fqns = sorted(model.get_constant_fqns())
         bound = bind_constants(name, fqns, meta, weights, owned, shared)
         model.load_constants(bound, check_full_update=True, user_managed=True)

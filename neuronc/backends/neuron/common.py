@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUNDLE_PLACEHOLDER",
+    "NXD_PACKAGES",
     "NeuronBackend",
     "backend_targets",
     "managed_problems",
@@ -49,6 +50,10 @@ __all__ = [
     "user_section",
 ]
 
+
+# The compiler and NxD stack that the NxD-based backends (nxdi, optimum-neuron) record in their
+# toolchains, in the order their ``packages`` list them.
+NXD_PACKAGES = ("neuronx-cc", "torch-neuronx", "libneuronxla", "neuronx-distributed")
 
 # The variables of a compile's environment that the manifest records (``extra.neuron_env``).
 RECORDED_ENV = (

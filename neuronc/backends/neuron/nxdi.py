@@ -40,6 +40,7 @@ from neuronc.backends.base import (
 )
 from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
+    NXD_PACKAGES,
     NeuronBackend,
     backend_targets,
     managed_problems,
@@ -207,15 +208,7 @@ class NxdiBackend(NeuronBackend):
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm,)
     options_model: ClassVar[type[BaseModel] | None] = NxdiOptions
     description: ClassVar[str] = "NxD Inference: NeuronConfig/InferenceConfig, Neuron<Arch>ForCausalLM.compile()"
-    packages: ClassVar[tuple[str, ...]] = (
-        "neuronx-cc",
-        "torch-neuronx",
-        "libneuronxla",
-        "neuronx-distributed",
-        "neuronx-distributed-inference",
-        "torch",
-        "transformers",
-    )
+    packages: ClassVar[tuple[str, ...]] = (*NXD_PACKAGES, "neuronx-distributed-inference", "torch", "transformers")
     required: ClassVar[tuple[str, ...]] = (
         "neuronx-cc",
         "torch-neuronx",

@@ -31,6 +31,7 @@ from neuronc.backends.base import (
 )
 from neuronc.backends.neuron.common import (
     BUNDLE_PLACEHOLDER,
+    NXD_PACKAGES,
     NeuronBackend,
     backend_targets,
     managed_problems,
@@ -180,15 +181,7 @@ class OptimumNeuronBackend(NeuronBackend):
     uses_hf_neuron_cache: ClassVar[bool] = True
     options_model: ClassVar[type[BaseModel] | None] = OptimumNeuronOptions
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"
-    packages: ClassVar[tuple[str, ...]] = (
-        "optimum-neuron",
-        "neuronx-cc",
-        "torch-neuronx",
-        "libneuronxla",
-        "neuronx-distributed",
-        "torch",
-        "transformers",
-    )
+    packages: ClassVar[tuple[str, ...]] = ("optimum-neuron", *NXD_PACKAGES, "torch", "transformers")
     required: ClassVar[tuple[str, ...]] = ("optimum-neuron", "neuronx-cc", "torch-neuronx", "neuronx-distributed")
     install_hint: ClassVar[str | None] = (
         "pip install optimum-neuron, plus neuronx-cc, torch-neuronx and neuronx-distributed from "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     job_file, result_file = Path(argv[0]), Path(argv[1])
-    from neuronc.backends import get_backend
+    from neuronc.backends import resolve_backend
     from neuronc.backends.neuron.common import NeuronBackend
     from neuronc.backends.neuron.isolated import EVENTS_FILE, EventSink, job_from_json, result_to_json
     from neuronc.errors import NeuroncError
@@ -23,7 +23,9 @@ def main(argv: list[str]) -> int:
     data = json.loads(job_file.read_text(encoding="utf-8"))
     job = job_from_json(data)
     job.progress = EventSink(job.work_dir / EVENTS_FILE)
-    backend = get_backend(data["backend"])
+    # A process boundary: the job names its backend; resolved here, once, and bound to the job's spec.
+    backend = resolve_backend(data["backend"])
+    job.spec = job.spec.bound_to(backend)
     if not isinstance(backend, NeuronBackend):
         result_file.write_text(json.dumps({"error": {"type": "TypeError", "message": "not a Neuron backend"}}))
         return 2

@@ -80,6 +80,7 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
     """Build ``payload['spec']`` into the store at ``payload['store']`` on this node (a Ray task body)."""
     import ray
 
+    from neuronc.backends import bind_backend
     from neuronc.pipeline.messages import logging_to
     from neuronc.pipeline.run import BuildOptions, build_one
 
@@ -95,7 +96,8 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
     _announce(
         events, {"index": index, "event": "started", "node": node, "pid": os.getpid(), "host": socket.gethostname()}
     )
-    spec = BuildSpec.model_validate(payload["spec"])
+    # A process boundary: the spec arrives as JSON and is bound to its Backend here, once.
+    spec = bind_backend(BuildSpec.model_validate(payload["spec"]))
     identity = BuildIdentity.from_json(payload["identity"])
     jobs = int(payload["jobs"])
     # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
