@@ -63,7 +63,7 @@ def analyse_profile(
     store: Any = None,
 ) -> Analysis:
     """Load the profile's build ``build`` and the traffic; analyse the buckets (see ``analyse``)."""
-    from neuronc.backends import get_backend
+    from neuronc.backends import backend_of
     from neuronc.profile import load_profile
 
     loaded = load_profile(profile)
@@ -75,7 +75,7 @@ def analyse_profile(
     spec = loaded.builds[build]
     traffic = load_traffic(traffic_path, tokenizer_for(spec))
     records, note = CompileRecords.from_store(spec, store)
-    analysis = analyse(spec, get_backend(spec.backend), traffic, max_graphs=max_graphs, records=records)
+    analysis = analyse(spec, backend_of(spec), traffic, max_graphs=max_graphs, records=records)
     if note:
         analysis.notes.append(note)
     if len(loaded.builds) > 1:
@@ -86,7 +86,7 @@ def analyse_profile(
 def plan_traffic(specs: Sequence[BuildSpec], rows: list[dict[str, Any]], traffic_path: str | os.PathLike[str]) -> None:
     """Add ``traffic`` to each `neuronc plan` row: the share of requests its buckets serve and the
     share of padding (context and token generation), as ``neuronc buckets`` counts them."""
-    from neuronc.backends import get_backend
+    from neuronc.backends import backend_of
 
     loaded: dict[tuple[str, str | None, str | None], Traffic] = {}
     for spec, row in zip(specs, rows, strict=True):
@@ -96,7 +96,7 @@ def plan_traffic(specs: Sequence[BuildSpec], rows: list[dict[str, Any]], traffic
         if key not in loaded:
             loaded[key] = load_traffic(traffic_path, tokenizer_for(spec))
         traffic = loaded[key]
-        backend = get_backend(spec.backend)
+        backend = backend_of(spec)
         rules = backend.bucket_rules(spec)
         seq = spec.sequence
         context = effective(seq.context_buckets, rules.context)
