@@ -14,7 +14,19 @@ MAX_LINES = 500
 BACKEND_NAMES = {"inductor", "nxdi", "optimum-neuron", "transformers-neuronx", "torch-neuronx", "vllm-neuron"}
 # Layers that must not know any backend by name. deploy/ (its emitters read one backend's artifacts
 # each), hubcache/ (optimum-neuron's own cache format) and the CLI's help texts may.
-CORE = ("pipeline", "profile", "preflight", "store", "model", "bundle", "checkpoint", "keys.py", "ci.py", "spec.py")
+CORE = (
+    "buckets",
+    "pipeline",
+    "profile",
+    "preflight",
+    "store",
+    "model",
+    "bundle",
+    "checkpoint",
+    "keys.py",
+    "ci.py",
+    "spec.py",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -62,7 +74,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"backends"}),
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
-    frozenset({"pipeline", "deploy", "data", "demo"}),
+    frozenset({"pipeline", "deploy", "data", "demo", "buckets"}),
     frozenset({"ci", "verdict"}),  # verdict: the pre-boot verdict, over deploy's serving values
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),

@@ -23,6 +23,7 @@ from neuronc.resources import WorkPool
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from neuronc.backends.bucket_rules import BucketRules
     from neuronc.backends.support import Resolution
     from neuronc.spec import BuildSpec, ServingStack, WeightsMode
 
@@ -190,6 +191,8 @@ class Backend(Protocol):
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]: ...
 
+    def bucket_rules(self, spec: BuildSpec) -> BucketRules: ...
+
     def support_problems(self, target: str, sdk: str | None) -> Sequence[SpecProblem]: ...
 
     def release_for(self, spec: BuildSpec) -> Resolution | None: ...
@@ -297,6 +300,19 @@ class BackendBase:
         passed; each problem names the field it is about.
         """
         return ()
+
+    def bucket_rules(self, spec: BuildSpec) -> BucketRules:
+        """The buckets this backend can compile for ``spec`` (``neuronc buckets`` chooses within them).
+
+        The default is the profile loader's rule (neuronc.profile._checks.resolve_buckets): any
+        length up to sequence.max_context_length (context) or sequence.max_length (token), which is
+        also NxD Inference's (``context_encoding_buckets``' last <= max_context_length,
+        ``token_generation_buckets``' last <= max_length).
+        """
+        from neuronc.backends.bucket_rules import BucketRule, BucketRules
+
+        seq = spec.sequence
+        return BucketRules(BucketRule(seq.max_context_length), BucketRule(seq.max_length))
 
     def support_problems(self, target: str, sdk: str | None) -> Sequence[SpecProblem]:
         """Why no Neuron SDK release supports this backend on ``target`` (the profile's ``sdk:``, else

@@ -29,6 +29,7 @@ _COMMAND_MODULES = (
     "cache",
     "compile_cache",
     "plan",
+    "buckets",
     "matrix",
     "deploy",
 )

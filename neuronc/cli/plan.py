@@ -29,6 +29,12 @@ SnapshotOpt = Annotated[
     cli.Option("--snapshot", help="A local copy of the Hugging Face Neuron cache repo to look builds up in."),
 ]
 OnlineOpt = Annotated[bool, cli.Option("--online", help="Look builds up in the Hugging Face Neuron cache on the Hub.")]
+PlanTrafficOpt = Annotated[
+    Path | None,
+    cli.Option(
+        "--traffic", help="Requests (as `neuronc buckets` reads them): each build's coverage and padding share."
+    ),
+]
 PlanJobsOpt = Annotated[
     int,
     cli.Option("--jobs", "-j", min=1, help="Graphs the compile host builds in parallel (host RAM estimate)."),
@@ -49,6 +55,7 @@ def plan_command(
     snapshot: SnapshotOpt = None,
     online: OnlineOpt = False,
     jobs: PlanJobsOpt = 1,
+    traffic: PlanTrafficOpt = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
     executor: ExecutorOpt = ExecutorName.LOCAL,
@@ -91,6 +98,10 @@ def plan_command(
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
     rows = [p.to_json() for p in plans]
+    if traffic is not None:
+        from neuronc.buckets import plan_traffic
+
+        plan_traffic(specs, rows, traffic)
     nodes: list[Node] = []
     placed: list[tuple[Need, list[Node]]] = []
     if settings is not None:
@@ -98,7 +109,7 @@ def plan_command(
     unplaced = [need for need, nodes in placed if not nodes]
     exit_code = EXIT_INVALID_INPUT if failing else (EXIT_ENVIRONMENT if unplaced else 0)
     data = {"builds": rows, "fits": not failing and not unplaced, "exit_code": exit_code}
-    out.result(data, lambda: _render(plans, placed))
+    out.result(data, lambda: _render(plans, placed, rows))
     for plan in plans:
         for warning in plan.estimate.warnings:
             out.warning(warning)
@@ -143,7 +154,11 @@ def _ray_placement(
     return nodes, placed
 
 
-def _render(plans: list[BuildPlan], placed: list[tuple[Need, list[Node]]] | None = None) -> None:
+def _render(
+    plans: list[BuildPlan],
+    placed: list[tuple[Need, list[Node]]] | None = None,
+    documents: list[dict[str, Any]] | None = None,
+) -> None:
     from rich.markup import escape
 
     from neuronc.ci import CacheStatus
@@ -205,6 +220,12 @@ def _render(plans: list[BuildPlan], placed: list[tuple[Need, list[Node]]] | None
             out.print(escape(f"  store has this config for other toolchains: {', '.join(p.store['other_toolchains'])}"))
         if p.hf_cache.reason and p.hf_cache.status == CacheStatus.UNKNOWN:
             out.print(escape(f"  hf cache: {p.hf_cache.reason}"))
+        if documents is not None:
+            from neuronc.buckets import traffic_line
+
+            line = traffic_line(documents[index])
+            if line:
+                out.print(escape(line))
 
 
 __all__ = ["plan_command"]

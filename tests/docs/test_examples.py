@@ -206,6 +206,7 @@ def _workspace_for(page: Path, demo: Any, tmp_path_factory: pytest.TempPathFacto
         (ws.root / ".venv").symlink_to(sys.prefix)
         (ws.root / "profiles").symlink_to(ROOT / "profiles")
         (ws.root / "scripts").symlink_to(ROOT / "scripts")
+        (ws.root / "bench").symlink_to(ROOT / "bench")  # the traffic file docs/profiles.md chooses buckets for
         (ws.root / "tests").symlink_to(ROOT / "tests")  # fixtures (the HF Neuron cache snapshot) examples read
         ws.env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{ws.env.get('PATH', '')}"
         _WORKSPACES[page] = ws

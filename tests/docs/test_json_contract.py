@@ -104,6 +104,14 @@ CASES = [
     Case("compile-flags-and-profile", "compile-report", ("compile", "tiny-llama-cpu.yaml", *FLAGS), 2),
     Case("plan", "plan", ("plan", "tiny-llama-cpu.yaml")),
     Case("plan-invalid", "plan", ("plan", "bad.yaml"), 2, "profile_invalid"),
+    Case("plan-traffic", "plan", ("plan", "tiny-llama-cpu.yaml", "--traffic", "traffic.jsonl")),
+    Case("buckets", "buckets", ("buckets", "tiny-llama-cpu.yaml", "--traffic", "traffic.jsonl", "--max-graphs", "3")),
+    Case(
+        "buckets-bad-line", "buckets", ("buckets", "tiny-llama-cpu.yaml", "--traffic", "bad.yaml"), 2, "invalid_input"
+    ),
+    Case(
+        "buckets-empty", "buckets", ("buckets", "tiny-llama-cpu.yaml", "--traffic", "empty.jsonl"), 2, "invalid_input"
+    ),
     Case("matrix", "matrix", ("matrix", "tiny-llama-cpu.yaml")),
     Case("matrix-invalid", "matrix", ("matrix", "bad.yaml"), 2, "profile_invalid"),
     Case("matrix-two-formats", "matrix", ("matrix", "tiny-llama-cpu.yaml", "--format", "github"), 2, "invalid_input"),
@@ -127,6 +135,11 @@ def ws(workspace: Workspace, tmp_path_factory: pytest.TempPathFactory) -> Worksp
         "model: {id: models/tiny-llama}\nbackend: inductor\ntarget: !!python/name:os.system cpu\n"
         "sequence: {max_length: 64}\n"
     )
+    lengths = [(3 + i % 11, 4 + i % 17) for i in range(60)] + [(40, 20), (90, 10)]
+    (root / "traffic.jsonl").write_text(
+        "".join(f'{{"prompt_tokens": {p}, "output_tokens": {m}}}\n' for p, m in lengths)
+    )
+    (root / "empty.jsonl").write_text("")
     other = (root / "tiny-llama-cpu.yaml").read_text().replace("max_length: 128", "max_length: 96")
     (root / "other.yaml").write_text(other.replace("token_buckets: [128]", "token_buckets: [96]"))
     shutil.copytree(root / "bundle", root / "broken")

@@ -56,6 +56,7 @@ from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import StrictModel
 
 if TYPE_CHECKING:
+    from neuronc.backends.bucket_rules import BucketRules
     from neuronc.backends.inductor.runner import InductorRunner
     from neuronc.spec import BuildSpec
 
@@ -101,6 +102,19 @@ class InductorBackend(BackendBase):
 
         others = [n for n in backend_names() if n != self.name]
         return f"the inductor backend runs tp_degree 1 only; use one of {', '.join(others)} for tensor parallelism"
+
+    def bucket_rules(self, spec: BuildSpec) -> BucketRules:
+        """Context buckets: any length up to max_context_length. Token buckets: any length, and
+        ``plan`` always adds max_length (so every position can be generated): it is the largest."""
+        from neuronc.backends.bucket_rules import BucketRule, BucketRules
+
+        seq = spec.sequence
+        token = BucketRule(
+            seq.max_length,
+            largest=seq.max_length,
+            source="the largest is always max_length (the inductor plan adds it)",
+        )
+        return BucketRules(BucketRule(seq.max_context_length), token)
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         """What compile would refuse, found at validate time (no torch imported)."""

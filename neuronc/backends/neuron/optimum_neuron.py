@@ -56,6 +56,7 @@ from neuronc.spec import ServingStack
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from neuronc.backends.bucket_rules import BucketRules
     from neuronc.spec import BuildSpec
 
 # NxDNeuronConfig fields neuronc sets from the profile, and the profile field each comes from.
@@ -191,6 +192,19 @@ class OptimumNeuronBackend(NeuronBackend):
         return (
             "the optimum-neuron backend cannot apply compiler flags: its models compile with their own "
             "get_compiler_args() and it reads no NEURON_CC_FLAGS; remove compiler.flags"
+        )
+
+    def bucket_rules(self, spec: BuildSpec) -> BucketRules:
+        """One graph at max_context_length and one at max_length (check_spec refuses bucket lists)."""
+        from neuronc.backends.bucket_rules import BucketRule, BucketRules
+
+        seq = spec.sequence
+        why = "optimum-neuron compiles one graph at sequence.{}: no bucket lists"
+        return BucketRules(
+            BucketRule(
+                seq.max_context_length, fixed=(seq.max_context_length,), source=why.format("max_context_length")
+            ),
+            BucketRule(seq.max_length, fixed=(seq.max_length,), source=why.format("max_length")),
         )
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:

@@ -56,6 +56,7 @@ from neuronc.spec import ServingStack, WeightsMode
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from neuronc.backends.bucket_rules import BucketRules
     from neuronc.backends.vllm_neuron.build import RunnerPlan
     from neuronc.spec import BuildSpec
 
@@ -142,6 +143,25 @@ class VllmNeuronBackend(NeuronBackend):
 
     def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]:
         return engine_problems(spec)
+
+    def bucket_rules(self, spec: BuildSpec) -> BucketRules:
+        """Prefill (context) buckets: any token count up to max_context_length (the largest becomes
+        max_num_batched_tokens). Decode (token) buckets: below max_length, multiples of 128
+        (decode_context_length_buckets, engine.engine_problems); max_length is always compiled."""
+        from neuronc.backends.bucket_rules import BucketRule, BucketRules
+        from neuronc.backends.vllm_neuron.facts import DECODE_BUCKET_MULTIPLE
+
+        seq = spec.sequence
+        token = BucketRule(
+            seq.max_length,
+            multiple=DECODE_BUCKET_MULTIPLE,
+            largest=seq.max_length,
+            source=(
+                f"decode_context_length_buckets are multiples of {DECODE_BUCKET_MULTIPLE} below max_length "
+                "(vllm-neuron docs/guides/reference-configuration.md); max_length is always compiled"
+            ),
+        )
+        return BucketRules(BucketRule(seq.max_context_length), token)
 
     def plan(self, spec: BuildSpec) -> CompilePlan:
         self.ensure_valid(spec)

@@ -91,10 +91,10 @@ class RunnerPlan:
 
 # Runtime placement on the serving host (which NeuronCores): the host's to choose, never replayed.
 PLACEMENT_ENV = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES")
-# Where libneuronxla's persistent compile cache lives: a location, which never changes what is compiled
-# (aws-neuron-sdk about-neuron/arch/neuron-features/neuron-caching.rst; keys.CACHE_LOCATION_FLAGS are its
-# flag forms): neither recorded nor hashed, and the serving host keeps its own.
-CACHE_LOCATION_ENV = ("NEURON_COMPILE_CACHE_URL",)
+# Paths on the compiling host (neuronx-cc's NEFF cache, the plugin's shared remote tier): where caches
+# live, not part of any graph's key; the serving host has its own, and a compile host's path means
+# nothing there.
+LOCATION_ENV = ("NEURON_COMPILE_CACHE_URL", "NEURON_LIBTORCH_REMOTE_CACHE")
 
 
 def route(plugin: str, environ: Mapping[str, str] | None = None) -> str:
@@ -108,12 +108,12 @@ def recorded_env(plugin: str, environ: Mapping[str, str] | None = None) -> dict[
     """Every ``VLLM_NEURON_*`` / ``NEURON_*`` variable set here that can change what is compiled: the
     manifest records them and the serve lines replay them. Not the ones neuronc sets for the compile
     itself (CPU compile, target, LNC, route, workers), the no-compile switches (the server sets them),
-    the runtime's core placement or the compile cache's location. A value no serving file can carry is
+    the runtime's core placement or the host's cache locations. A value no serving file can carry is
     refused (exit 2)."""
     env = os.environ if environ is None else environ
     names = plugin_env(plugin)
     own = {CPU_COMPILE_ENV, TARGET_ENV, LNC_ENV, ROUTE_ENV, FAIL_ON_MISS_ENV, names.disable_graph_capture}
-    own |= {names.parallel_workers, *PLACEMENT_ENV, *CACHE_LOCATION_ENV}
+    own |= {names.parallel_workers, *PLACEMENT_ENV, *LOCATION_ENV}
     kept = {k: v for k, v in env.items() if k.startswith(RECORDED_ENV_PREFIXES) and k not in own}
     for key, value in kept.items():
         problem = env_value_problem(key, value)
