@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _process import timed  # bench/ is sys.path[0] when a bench runs
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEMO = ROOT / "profiles" / "models" / "tiny-llama"
@@ -42,19 +44,7 @@ FIRST_TARGET = 15.0
 
 
 def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall, cpu) seconds of one run of ``cmd``; cpu is the kernel's rusage of the process tree."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
-    code = os.waitstatus_to_exitcode(status)
-    proc.returncode = code
-    if code != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {code}\n{stderr[-3000:]}")
-    return wall, usage.ru_utime + usage.ru_stime
+    return timed(cmd, env, ROOT)
 
 
 def bench_first_compile(scratch: Path, runs: int) -> dict[str, Any]:

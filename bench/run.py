@@ -21,9 +21,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from _process import timed  # bench/ is sys.path[0] when a bench runs
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "tiny-llama-cpu.yaml"
@@ -32,18 +33,7 @@ TARGET = 1.5
 
 
 def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall, cpu) seconds of one run of ``cmd``; cpu is the kernel's rusage of the process tree."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}\n{stderr[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime
+    return timed(cmd, env, ROOT)
 
 
 def _compile_demo(scratch: Path, env: dict[str, str]) -> str:
