@@ -72,8 +72,10 @@ class WorkPool:
         self._running = 0
         self._reserved = 0
         self._cancelled = threading.Event()
-        # Most workers that ran at once (what tests and benchmarks read).
+        # Most workers that ran at once, and most memory reserved at once (what tests and
+        # benchmarks read).
         self.peak_running = 0
+        self.peak_reserved = 0
 
     @property
     def cancelled(self) -> bool:
@@ -109,6 +111,7 @@ class WorkPool:
             self._running += 1
             self._reserved += need
             self.peak_running = max(self.peak_running, self._running)
+            self.peak_reserved = max(self.peak_reserved, self._reserved)
         try:
             yield
         finally:

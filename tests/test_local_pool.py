@@ -70,12 +70,15 @@ def test_graphs_of_all_builds_share_one_pool(tmp_path: Path) -> None:
 
 def test_the_pool_keeps_workers_within_the_pre_flights_memory(tmp_path: Path) -> None:
     # Each graph process needs 1 GiB (the backend's host-RAM model); 2.5 GiB allows two at a time,
-    # whatever --jobs says.
+    # whatever --jobs says. The pool's own peak may count a third slot: a build's weight split holds
+    # one too, with the split's (tiny here) estimate reserved, and may overlap the other's workers.
     profiles = matrix(tmp_path, 2, sleep=0.5)
-    executor = LocalExecutor(memory_bytes=int(2.5 * GIB))
+    budget = int(2.5 * GIB)
+    executor = LocalExecutor(memory_bytes=budget)
     reports = compile_profiles(profiles, store=tmp_path / "store", jobs=4, executor=executor)
     assert [r.status for r in reports] == ["built"] * 2
-    assert executor.pool is not None and executor.pool.peak_running == 2
+    assert executor.pool is not None
+    assert executor.pool.peak_reserved <= budget  # (that two fit at once: the pool tests below)
     assert most_at_once(intervals(tmp_path)) <= 2
 
 
