@@ -2,10 +2,15 @@
 through ``torch._inductor.aoti_load_package``, whose import pulls in torch._dynamo. The C++ class is
 private torch API: these tests (marked ``compat``) check, on the demo bundle (the session's `demo`
 fixture: no compile of its own), that the direct path is the one taken and that it gives exactly
-the public loader's logits, tokens and cache contents.
+the public loader's logits, tokens and cache contents. Also on the demo bundle: the passive OpenMP
+wait `neuronc run` sets changes no logit.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from _demo import Demo
@@ -43,3 +48,33 @@ def test_the_direct_loader_reports_the_public_loaders_constants(demo: Demo, name
     assert sorted(aoti.load_package(package).get_constant_fqns()) == sorted(
         aoti.public_load_package(package).get_constant_fqns()
     )
+
+
+def test_openmp_wait_policy_changes_no_logit(demo: Demo, tmp_path: Path) -> None:
+    """`neuronc run` makes OpenMP threads wait passively (cli/run.py): the same work split, the same bits."""
+    import torch
+
+    from neuronc.cli.run import _OPENMP_ENV
+
+    code = (
+        "import sys, torch\n"
+        "from neuronc.backends.inductor.runtime import load\n"
+        "runner = load(sys.argv[1])\n"
+        "result = runner.generate(sys.argv[2], max_new_tokens=16, stop_at_eos=False, keep_logits=True)\n"
+        "torch.save(torch.stack(result.logits), sys.argv[3])\n"
+    )
+    logits = {}
+    for policy in ("ACTIVE", _OPENMP_ENV["OMP_WAIT_POLICY"]):
+        out = tmp_path / f"{policy}.pt"
+        env = {**demo.env(), "OMP_WAIT_POLICY": policy}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(demo.bundle), PROMPTS[1], str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logits[policy] = torch.load(out)
+    assert _OPENMP_ENV == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert torch.equal(logits["ACTIVE"], logits["PASSIVE"])
