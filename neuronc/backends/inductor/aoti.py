@@ -6,6 +6,8 @@ itself, to run graphs that are already compiled. What it does with a package fil
 ``torch/_inductor/package/package.py`` ``load_package`` and
 ``torch/export/pt2_archive/_package.py`` ``load_pt2`` / ``_load_aoti`` / ``AOTICompiledModel``):
 
+- check the archive's format version (``load_pt2``; the runtime refuses a bundle compiled by
+  another torch before any package loads: ``runtime.check_toolchain``);
 - construct the C++ loader ``torch._C._aoti.AOTIModelPackageLoader(path, model_name,
   run_single_threaded, num_runners, device_index)`` with ``("model", False, 1, -1)``;
 - compare the package's device metadata with ``torch._inductor.codecache.get_device_information``
@@ -17,8 +19,9 @@ itself, to run graphs that are already compiled. What it does with a package fil
   ``loader.load_constants(map, False, check_full_update, user_managed, False)`` (``use_inactive`` and
   ``allow_h2d_copy`` off).
 
-There is no public API for the C++ loader, so ``_Direct`` below does those steps itself for the
-positional-tensor graphs neuronc compiles, with the two private modules the public wrapper uses
+There is no public API for the C++ loader, so ``_Direct`` below constructs, calls and binds it
+itself (the two checks are the runtime's, as said) for the positional-tensor graphs neuronc
+compiles, with the two private modules the public wrapper uses
 (``torch._C._aoti`` and ``torch.utils._pytree``, both loaded by ``import torch`` already). Where
 torch lacks the class, or a call's signature differs (pybind11 raises TypeError for arguments it
 cannot match), the graph is loaded with the public loader instead. tests/test_runtime_loader.py
