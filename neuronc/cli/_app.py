@@ -118,6 +118,10 @@ def _as_error(exc: BaseException) -> NeuroncError | None:
     if isinstance(exc, NeuroncError):
         return exc
     if isinstance(exc, click.UsageError):
+        if exc.ctx is None:
+            # Raised in a command's body: the command's context, as Click's own invoke adds it once the
+            # body has ended (the usage line and the command's name in the message).
+            exc.ctx = click.get_current_context(silent=True)
         command_path = exc.ctx.command_path if exc.ctx is not None else "neuronc"
         return UsageInputError(
             f"{command_path}: {exc.format_message()}",
