@@ -14,32 +14,35 @@ itself, to run graphs that are already compiled. What it does with a package fil
   and only log a warning on a mismatch (the runtime checks the CPU ISA itself, from the bundle's
   index: ``runtime.check_toolchain``);
 - call: flatten ``(args, kwargs)`` (kwargs in the order of the package's input tree spec), keep
-  the tensors, ``loader.boxed_run(tensors)``, unflatten the outputs with its output tree spec;
+  the tensors, ``loader.boxed_run(tensors)``, unflatten the outputs with its output tree spec
+  (``get_call_spec()[1]``, torch.utils._pytree's JSON: ``[1, {"type": null, ...}]`` for a single
+  tensor, which is what every neuronc graph returns: its logits);
 - ``load_constants(map, check_full_update=, user_managed=)`` is
   ``loader.load_constants(map, False, check_full_update, user_managed, False)`` (``use_inactive`` and
   ``allow_h2d_copy`` off).
 
 There is no public API for the C++ loader, so ``_Direct`` below constructs, calls and binds it
-itself (the two checks are the runtime's, as said) for the positional-tensor graphs neuronc
-compiles, with the two private modules the public wrapper uses
-(``torch._C._aoti`` and ``torch.utils._pytree``, both loaded by ``import torch`` already). Where
-torch lacks the class, or a call's signature differs (pybind11 raises TypeError for arguments it
-cannot match), the graph is loaded with the public loader instead. tests/test_runtime_loader.py
+itself (the two checks are the runtime's, as said) for the positional-tensor, one-tensor-output
+graphs neuronc compiles. Where torch lacks the class, a call's signature differs (pybind11 raises
+TypeError for arguments it cannot match) or the package's output is not one tensor, the graph is
+loaded with the public loader instead. tests/test_runtime_loader.py
 (marked ``compat``) checks that both give the same logits on the demo bundle.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree  # private, no public equivalent: see the module docstring
 
 log = logging.getLogger(__name__)
 
+# torch.utils._pytree's serialized tree spec of a single tensor (protocol 1, a leaf).
+_ONE_TENSOR_SPEC = [1, {"type": None, "context": None, "children_spec": []}]
 # torch's own defaults for a package written by aoti_compile_and_package (package.py load_package).
 _MODEL_NAME = "model"
 _RUN_SINGLE_THREADED = False
@@ -54,15 +57,14 @@ class _Direct:
         self._loader = loader
         self._path = path
         self._fallback: Any = None
-        self._out_spec = pytree.treespec_loads(loader.get_call_spec()[1])
 
     def __call__(self, *args: Any) -> Any:
         if self._fallback is not None:
             return self._fallback(*args)
         # neuronc's graphs take positional tensors only (InductorRunner.call checks each), so the
-        # flattened arguments are ``args`` themselves.
-        outputs = self._loader.boxed_run([x for x in args if isinstance(x, torch.Tensor)])
-        return pytree.tree_unflatten(outputs, self._out_spec)
+        # flattened arguments are ``args`` themselves; the output is one tensor (load_package checks).
+        [output] = self._loader.boxed_run([x for x in args if isinstance(x, torch.Tensor)])
+        return output
 
     def get_constant_fqns(self) -> list[str]:
         return list(self._loader.get_constant_fqns())
@@ -91,7 +93,11 @@ def load_package(path: Path) -> Any:
         return public_load_package(path)
     try:
         loader = loader_class(str(path), _MODEL_NAME, _RUN_SINGLE_THREADED, _NUM_RUNNERS, _DEVICE_INDEX)
-        return _Direct(loader, path)
-    except (TypeError, AttributeError) as exc:
+        output_spec = json.loads(loader.get_call_spec()[1])
+    except (TypeError, AttributeError, ValueError, IndexError) as exc:
         log.debug("torch._C._aoti.AOTIModelPackageLoader: %s; using torch's public loader", exc)
         return public_load_package(path)
+    if output_spec != _ONE_TENSOR_SPEC:
+        log.debug("%s returns %s, not one tensor; using torch's public loader", path.name, output_spec)
+        return public_load_package(path)
+    return _Direct(loader, path)
