@@ -17,9 +17,10 @@ def main() -> None:
 
     A Ctrl-C during those imports (the first tenth of a second or so) would surface as a
     KeyboardInterrupt traceback from whatever module was loading, with no ``--json`` document. It
-    is held until the imports are done and then ends the run as a Ctrl-C anywhere else does: exit
-    130, ``interrupted``, and the error document with ``--json``. Once the run has ended, a Ctrl-C
-    during the interpreter's shutdown is ignored: the exit code stays the one the run reported.
+    is held until the imports are done and then ends the run as a Ctrl-C anywhere else does, through
+    the one handler (``neuronc.cli.command_failed``): exit 130, ``interrupted``, and the error
+    document with ``--json``. Once the run has ended, a Ctrl-C during the interpreter's shutdown is
+    ignored: the exit code stays the one the run reported.
     """
     held: list[int] = []
     hold = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # leave an ignored SIGINT ignored
@@ -27,7 +28,7 @@ def main() -> None:
         signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     gc.disable()
     try:
-        from neuronc.cli import exit_interrupted
+        from neuronc.cli import command_failed
         from neuronc.cli import main as run
     finally:
         gc.freeze()
@@ -35,7 +36,7 @@ def main() -> None:
         if hold:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     if held:
-        sys.exit(exit_interrupted(sys.argv[1:]))
+        sys.exit(command_failed(KeyboardInterrupt(), args=sys.argv[1:]))  # as a Ctrl-C during parsing
     try:
         run()
     finally:

@@ -223,13 +223,6 @@ class Output:
         if exc.hint:
             self.stderr.print(f"[cyan]hint:[/cyan] {_escape(exc.hint)}")
 
-    def error(self, exc: NeuroncError) -> None:
-        """Report a NeuroncError: message, details and hint on stderr; JSON on stdout in --json mode."""
-        self.explain(exc)
-        if self.json_mode:
-            sys.stdout.write(to_json_text(exc.to_json()))
-            sys.stdout.flush()
-
     # -- progress (stderr) --------------------------------------------------------------------
     @contextmanager
     def progress(self) -> Iterator[ProgressSink]:

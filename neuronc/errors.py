@@ -2,7 +2,7 @@
 
 Every error carries the exit code the CLI returns for it (a contract for CI, see docs/exit-codes.md)
 and an optional hint that tells the user what to do next. Library code raises these; only
-``neuronc.cli.main`` turns them into messages and exit codes.
+``neuronc.cli.command_failed`` turns them into messages and exit codes.
 """
 
 from __future__ import annotations

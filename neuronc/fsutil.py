@@ -189,15 +189,22 @@ def write_output(
         raise output_error(path, exc, what=what) from None
 
 
-def output_error(path: str | os.PathLike[str], exc: OSError, *, what: str) -> NeuroncError:
-    """One error line for an OSError writing ``what`` at a path a user named.
+def output_error(
+    path: str | os.PathLike[str],
+    exc: OSError,
+    *,
+    what: str,
+    needed: int | None = None,
+    hint: str = "choose another path",
+) -> NeuroncError:
+    """One error line for an OSError writing ``what`` (``needed`` bytes, when known) at a path a user named.
 
     A path that cannot be written (a directory, a file's child, no permission, a read-only file
-    system) is InvalidInputError (exit 2); a full disk or device is DiskFullError (exit 5); any other
-    OSError (EIO) is EnvironmentIncompatibleError (exit 5).
+    system) is InvalidInputError (exit 2) with ``hint`` (the flag that names the path); a full disk
+    or device is DiskFullError (exit 5); any other OSError (EIO) is EnvironmentIncompatibleError (exit 5).
     """
     if foreign_row(exc) is DISK_FULL:
-        return disk_full_error(path, None, exc)
+        return disk_full_error(path, needed, exc)
     shown, reason = safe_text(os.fspath(path), 1000), exc.strerror or str(exc)
     culprit = os.fspath(exc.filename) if exc.filename is not None else None
     if isinstance(exc, FileExistsError) and culprit is not None and culprit != os.fspath(path):
@@ -205,7 +212,7 @@ def output_error(path: str | os.PathLike[str], exc: OSError, *, what: str) -> Ne
     where = f" ({safe_text(culprit)})" if culprit is not None and culprit != os.fspath(path) else ""
     msg = f"{shown}: cannot write {what}: {reason}{where}"
     if exc.errno in _UNWRITABLE:
-        return InvalidInputError(msg, hint="choose another path")
+        return InvalidInputError(msg, hint=hint)
     return EnvironmentIncompatibleError(msg)
 
 
@@ -270,7 +277,7 @@ def disk_full_error(
     free = free_bytes(path)
     need = f"needs {format_bytes(needed)}" if needed else "needs more space"
     have = f", {format_bytes(free)} free" if free is not None else ""
-    msg = f"{os.fspath(path)}: no space left on device ({need}{have})"
+    msg = f"{safe_text(os.fspath(path), 1000)}: no space left on device ({need}{have})"  # any bytes: shown safe
     details = [str(exc)] if exc is not None and str(exc) else []
     return DiskFullError(msg, hint=DISK_FULL.hint, details=details)
 
@@ -281,7 +288,8 @@ def check_free_space(path: str | os.PathLike[str], needed: int, *, what: str) ->
     if free is not None and needed > free:
         error = disk_full_error(path, needed)
         error.message = (
-            f"{os.fspath(path)}: not enough space for {what}: needs {format_bytes(needed)}, {format_bytes(free)} free"
+            f"{safe_text(os.fspath(path), 1000)}: not enough space for {what}: needs {format_bytes(needed)}, "
+            f"{format_bytes(free)} free"
         )
         raise error
 

@@ -437,3 +437,85 @@ def test_foreign_exceptions_map_through_the_one_table() -> None:
                 if isinstance(call.func, ast.Name) and (rel, call.func.id) not in DECIDED_ELSEWHERE
             ]
     assert found == []
+
+
+# The command line's boundary (neuronc/cli, neuronc/__main__.py): a failure ends a command in one
+# function, cli._app.command_failed, which decides the exit code, the message and hint on stderr and
+# the --json document. A handler there that catches a failure hands it to command_failed, or is one of
+# these, which catch without ending the command: they gather the failure into their report, or amend
+# its hint and raise it again.
+CAUGHT_WITHOUT_ENDING = {
+    "cli/inspect.py": {"_verify_remote", "_run_checks", "environment_comparison"},
+    "cli/deploy.py": {"_verdict"},
+    "cli/profiles.py": {"validate_command"},
+    "cli/_signing.py": {"_own_signature"},
+}
+FAILURES = {"KeyboardInterrupt", "Exception", "BaseException", "BrokenPipeError", "UsageError", "ClickException"}
+BOUNDARY = [*(PACKAGE / "cli").rglob("*.py"), PACKAGE / "__main__.py"]
+
+
+def callee(call: ast.Call) -> str:
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+
+
+def calls_in(node: ast.AST) -> set[str]:
+    return {callee(call) for call in ast.walk(node) if isinstance(call, ast.Call)}
+
+
+def boundary_handlers() -> list[tuple[str, str, ast.ExceptHandler]]:
+    """(module, top-level function, handler) for every ``except`` of a failure at the command line."""
+    import neuronc.cli._app as app
+    import neuronc.errors as errors
+
+    failures = FAILURES | {
+        name
+        for module in (errors, app)
+        for name, cls in vars(module).items()
+        if isinstance(cls, type) and issubclass(cls, errors.NeuroncError)
+    }
+    found: list[tuple[str, str, ast.ExceptHandler]] = []
+
+    def visit(node: ast.AST, rel: str, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            top = where == "<module>" and isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            inner = child.name if top else where
+            if isinstance(child, ast.ExceptHandler) and child.type is not None:
+                caught = {
+                    n.id if isinstance(n, ast.Name) else n.attr
+                    for n in ast.walk(child.type)
+                    if isinstance(n, ast.Name | ast.Attribute)
+                }
+                if caught & failures:
+                    found.append((rel, where, child))
+            visit(child, rel, inner)
+
+    for path in BOUNDARY:
+        visit(ast.parse(path.read_text(encoding="utf-8")), path.relative_to(PACKAGE).as_posix(), "<module>")
+    return found
+
+
+def test_the_command_line_ends_a_failure_in_one_handler() -> None:
+    """Every handler of a failure at the command line (a NeuroncError, Ctrl-C, any exception, Click's
+    usage errors) calls command_failed, or catches without ending the command (CAUGHT_WITHOUT_ENDING,
+    where nothing exits); and nowhere else is an exit code taken from an exception."""
+    found = []
+    through_it = set()
+    for rel, where, handler in boundary_handlers():
+        calls = calls_in(handler)
+        if "command_failed" in calls:
+            through_it.add((rel, where))
+        elif where not in CAUGHT_WITHOUT_ENDING.get(rel, set()) or calls & {"Exit", "exit", "explain"}:
+            found.append(f"{rel}:{handler.lineno}: {where} catches {ast.unparse(handler.type or handler)}")
+    for path in BOUNDARY:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or callee(node) not in {"Exit", "exit"}:
+                continue
+            if any(isinstance(a, ast.Attribute) and a.attr == "exit_code" for arg in node.args for a in ast.walk(arg)):
+                found.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}: {ast.unparse(node)}")
+    assert found == []
+    # The places the architecture review found handling errors each hand them to the one handler.
+    assert {
+        ("cli/_app.py", "handle_errors"),
+        ("cli/_app.py", "run_app"),
+        ("cli/compile.py", "compile_command"),
+    } <= through_it

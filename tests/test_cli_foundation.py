@@ -275,3 +275,20 @@ def test_a_ctrl_c_a_library_wraps_in_its_own_exception_is_still_an_interruption(
     # Without an interruption, the same exception is a bug and propagates as one.
     with pytest.raises(RuntimeError):
         handle_errors(lambda json_out=False: (_ for _ in ()).throw(RuntimeError("bug")))(json_out=False)
+
+
+def test_a_usage_error_found_in_a_commands_body_names_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """A usage error a command finds itself (a Ray flag without --executor ray) ends, through the one
+    handler, as one Click finds while parsing: the command's usage line, exit 2, and with --json one
+    document that names the command."""
+    from neuronc._output import out
+    from neuronc.cli._app import run_app
+
+    out.reset()
+    code = run_app(["plan", str(NXDI_PROFILE), "--ray-address", "auto", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "Usage: neuronc plan [OPTIONS]" in captured.err
+    document = json.loads(captured.out)  # exactly one
+    assert document["error"] == "usage_error" and document["exit_code"] == 2
+    assert document["message"].startswith("neuronc plan: ") and "--executor ray" in document["message"]

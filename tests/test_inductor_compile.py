@@ -318,3 +318,38 @@ def test_pipeline_compile_verify_run_accuracy_hit_and_one_bucket_change(
     assert changed.exit_code == 0, changed.output
     graphs = {g["name"]: g["cache_hit"] for g in json.loads(changed.stdout)["builds"][0]["graphs"]}
     assert graphs == {"cte-b1-s32": True, "cte-b1-s48": False, "tkg-b1-s128": True}
+
+
+def test_the_output_neutral_settings_leave_the_logits_bit_identical(
+    tmp_path: Path, compiled: tuple[Path, CompileResult, Path], runner: Any
+) -> None:
+    # neuronc compiles with graphs.OUTPUT_NEUTRAL_SETTINGS (a faster C++ compile); the same graphs
+    # built with torch's own values for them compute exactly the same logits, prefill and decode.
+    import torch
+
+    from neuronc.backends.inductor.graphs import OUTPUT_NEUTRAL_SETTINGS
+    from neuronc.runtime import load
+
+    torch_values = {
+        "aot_inductor.compile_wrapper_opt_level": "O1",
+        "aot_inductor.enable_line_tables": True,
+        "aot_inductor.enable_frame_pointer": True,
+    }
+    assert set(torch_values) < set(OUTPUT_NEUTRAL_SETTINGS)
+    options = json.dumps({"inductor_config": torch_values})
+    spec = _spec(**{"context_buckets: [32, 64]": "context_buckets: [32]", "weights: presharded": f"weights: presharded\noptions: {options}"})  # fmt: skip
+    bundle = _bundle_skeleton(tmp_path / "bundle")
+    result = _compile(bundle, spec, compiled[2])
+    assert [g.graph.name for g in result.graphs] == ["cte-b1-s32", "tkg-b1-s128"]
+    assert not any(g.cache_hit for g in result.graphs)  # the settings are in the graph cache key
+    plain = load(bundle)
+    generator = torch.Generator().manual_seed(0)
+    for length in (1, 7, 32):
+        ids = torch.randint(3, 1024, (length,), generator=generator).tolist()
+        ours, _ = runner.prefill([ids])
+        theirs, _ = plain.prefill([ids])
+        assert torch.equal(ours, theirs)
+        for position in range(length, length + 12):
+            token = int(ours.argmax())
+            ours, theirs = runner.step([token], [position]), plain.step([token], [position])
+            assert torch.equal(ours, theirs)

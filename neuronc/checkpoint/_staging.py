@@ -8,14 +8,14 @@ split's: a later split into the same ``out_dir`` removes every marked staging di
 holds, which is what a SIGKILLed (or power-cut) split leaves.
 On any failure it removes the staging directory and the parent directories it
 created, so ``out_dir`` is as it was (absent, or an empty directory), and turns an OSError into one
-error line: DiskFullError (exit 5) naming ``out_dir`` and the space needed for ENOSPC/EDQUOT,
-InvalidInputError (exit 2) where ``out_dir`` cannot be written (permissions, a read-only file
-system), EnvironmentIncompatibleError (exit 5) for anything else (EIO).
+error line as every write to a path a user named does (``fsutil.output_error``): DiskFullError
+(exit 5) naming ``out_dir`` and the space needed for ENOSPC/EDQUOT, InvalidInputError (exit 2)
+where ``out_dir`` cannot be written (permissions, a read-only file system), EnvironmentIncompatibleError
+(exit 5) for anything else (EIO).
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import shutil
@@ -23,16 +23,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from neuronc.errors import (
-    DISK_FULL,
-    DiskFullError,
-    EnvironmentIncompatibleError,
-    InvalidInputError,
-    NeuroncError,
-    foreign_row,
-    safe_text,
-)
-from neuronc.fsutil import check_free_space, disk_full_error, fsync_dir
+from neuronc.errors import InvalidInputError, safe_text
+from neuronc.fsutil import check_free_space, fsync_dir, output_error
 
 # Inside each staging directory while a split writes it: written after the owner's flock is taken, so
 # a sweeper that finds it and can take the flock knows the owner is gone. Removed before publishing.
@@ -41,9 +33,6 @@ STAGING_SUFFIX = ".partial"
 
 # File systems allocate whole blocks: each file's size is rounded up to this for the free-space check.
 BLOCK_BYTES = 4096
-
-# OSError numbers that mean "this --out cannot be written" (a user's choice) rather than a broken host.
-_BAD_OUT = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ENAMETOOLONG})
 
 
 def on_disk(sizes: list[int]) -> int:
@@ -106,11 +95,7 @@ class Staging:
     def __enter__(self) -> Staging:
         refuse_nonempty(self.out_dir)
         self.swept = sweep_leftovers(self.out_dir)  # before the free-space check: their space comes back
-        try:
-            check_free_space(self.out_dir, self.needed, what=self.what)
-        except DiskFullError as exc:
-            exc.message = safe_text(exc.message, limit=1000)  # the path may hold any bytes
-            raise
+        check_free_space(self.out_dir, self.needed, what=self.what)
         probe = self.out_dir.absolute().parent
         while not os.path.lexists(probe) and probe != probe.parent:
             self._created.append(probe)  # deepest first
@@ -153,17 +138,11 @@ class Staging:
             except OSError:
                 break  # not empty (someone else wrote there meanwhile) or gone: leave it and its parents
         if isinstance(exc, OSError):
-            raise self._error(exc) from None
+            raise output_error(
+                self.out_dir, exc, what="the split", needed=self.needed, hint="choose another --out"
+            ) from None
 
     def _release(self) -> None:
         if self._owner >= 0:
             os.close(self._owner)
             self._owner = -1
-
-    def _error(self, exc: OSError) -> NeuroncError:
-        shown, reason = safe_text(self.out_dir), exc.strerror or str(exc)
-        if foreign_row(exc) is DISK_FULL:
-            return disk_full_error(shown, self.needed, exc)
-        if exc.errno in _BAD_OUT:
-            return InvalidInputError(f"{shown}: cannot write the split: {reason}", hint="choose another --out")
-        return EnvironmentIncompatibleError(f"{shown}: the split failed writing its output: {reason}")

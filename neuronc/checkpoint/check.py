@@ -324,109 +324,91 @@ def _check_tensor(
             return compared, Mismatch(f"shard holds {held}, index.json says {stored} {rank_entry['shape']}", name, rank)
         if info.nbytes == 0:
             continue  # an empty tensor (some dimension is 0): its shape was all there was to compare
+        piece = _Piece(source, info, rckpt, rinfo, stored, task)
         if dim is None:
-            same = _equal_ranges(source, info, 0, rckpt, rinfo, 0, info.numel, stored, task)
-            problem = None if same else "replicated copy differs from the source"
+            problem = None if piece.equal(0, 0, info.numel) else "replicated copy differs from the source"
         else:
-            problem = _rank_problem(source, info, rckpt, rinfo, rank_entry, dim, stored, task)
+            problem = piece.problem(rank_entry, dim)
         compared += rinfo.nbytes
         if problem is not None:
             return compared, Mismatch(problem, name, rank)
     return compared, None
 
 
-def _rank_problem(
-    source: Checkpoint,
-    info: TensorInfo,
-    rank: Checkpoint,
-    rinfo: TensorInfo,
-    rank_entry: dict[str, Any],
-    dim: int,
-    stored: str,
-    task: ProgressTask,
-) -> str | None:
-    """Compare one rank's share of a split tensor with the source."""
-    outer = math.prod(info.shape[:dim])
-    inner = math.prod(info.shape[dim + 1 :])  # elements per index along dim
-    if outer > 1:
-        return _blocks_problem(source, info, rank, rinfo, rank_entry, dim, stored, task)
-    position = 0
-    for start, stop in rank_entry["slices"]:
-        count = (stop - start) * inner
-        if not _equal_ranges(source, info, start * inner, rank, rinfo, position * inner, count, stored, task):
-            return f"slice [{start}, {stop}) of dim {dim} differs from the source"
-        position += stop - start
-    if not _zeros(rank, rinfo, position * inner, rank_entry["pad"] * inner):
-        return "vocabulary padding is not zero"
-    return None
+@dataclass(frozen=True)
+class _Piece:
+    """One tensor of the source and its piece in one rank's shard, held as ``stored``."""
 
+    source: Checkpoint
+    info: TensorInfo
+    rank: Checkpoint
+    rinfo: TensorInfo
+    stored: str
+    task: ProgressTask
 
-def _source_chunk(source: Checkpoint, info: TensorInfo, first: int, count: int, stored: str) -> Any:
-    return cast_bytes(source.read_range(info, first * info.itemsize, count * info.itemsize), info.dtype, stored)
-
-
-def _equal_ranges(
-    source: Checkpoint,
-    info: TensorInfo,
-    source_first: int,
-    rank: Checkpoint,
-    rinfo: TensorInfo,
-    rank_first: int,
-    count: int,
-    stored: str,
-    task: ProgressTask,
-) -> bool:
-    """Compare ``count`` elements of the source (cast to ``stored``) with a rank tensor's elements."""
-    step = CHUNK_BYTES // 8
-    for done in range(0, count, step):
-        n = min(step, count - done)
-        expected = memoryview(_source_chunk(source, info, source_first + done, n, stored)).cast("B")
-        actual = rank.read_range(rinfo, (rank_first + done) * rinfo.itemsize, n * rinfo.itemsize)
-        task.advance(len(actual))
-        if expected != actual:
-            return False
-    return True
-
-
-def _zeros(rank: Checkpoint, rinfo: TensorInfo, first: int, count: int) -> bool:
-    step = CHUNK_BYTES // 8
-    for done in range(0, count, step):
-        n = min(step, count - done)
-        if any(rank.read_range(rinfo, (first + done) * rinfo.itemsize, n * rinfo.itemsize).tobytes()):
-            return False
-    return True
-
-
-def _blocks_problem(
-    source: Checkpoint,
-    info: TensorInfo,
-    rank: Checkpoint,
-    rinfo: TensorInfo,
-    rank_entry: dict[str, Any],
-    dim: int,
-    stored: str,
-    task: ProgressTask,
-) -> str | None:
-    """Compare a tensor split along a later dimension, a block of outer rows at a time."""
-    import numpy as np
-
-    outer = math.prod(info.shape[:dim])
-    full, held = info.shape[dim], rank_entry["shape"][dim]
-    inner = math.prod(info.shape[dim + 1 :])
-    inner_bytes = inner * DTYPE_SIZES[stored]
-    rows_per_block = max(1, CHUNK_BYTES // max(full * inner * info.itemsize, 1))
-    for first in range(0, outer, rows_per_block):
-        count = min(rows_per_block, outer - first)
-        chunk = _source_chunk(source, info, first * full * inner, count * full * inner, stored)
-        expected: np.ndarray[Any, Any] = np.frombuffer(chunk, dtype=np.uint8).reshape(count, full, inner_bytes)
-        data = rank.read_range(rinfo, first * held * inner_bytes, count * held * inner_bytes)
-        actual = np.frombuffer(data, dtype=np.uint8).reshape(count, held, inner_bytes)
-        task.advance(actual.nbytes)
+    def problem(self, rank_entry: dict[str, Any], dim: int) -> str | None:
+        """Compare the rank's share of a tensor split along ``dim`` with the source."""
+        outer = math.prod(self.info.shape[:dim])
+        inner = math.prod(self.info.shape[dim + 1 :])  # elements per index along dim
+        if outer > 1:
+            return self._blocks_problem(rank_entry, dim)
         position = 0
         for start, stop in rank_entry["slices"]:
-            if not np.array_equal(actual[:, position : position + stop - start], expected[:, start:stop]):
+            if not self.equal(start * inner, position * inner, (stop - start) * inner):
                 return f"slice [{start}, {stop}) of dim {dim} differs from the source"
             position += stop - start
-        if actual[:, position:].any():
-            return "padding is not zero"
-    return None
+        if not self._zeros(position * inner, rank_entry["pad"] * inner):
+            return "vocabulary padding is not zero"
+        return None
+
+    def _source_chunk(self, first: int, count: int) -> Any:
+        size = self.info.itemsize
+        return cast_bytes(self.source.read_range(self.info, first * size, count * size), self.info.dtype, self.stored)
+
+    def equal(self, source_first: int, rank_first: int, count: int) -> bool:
+        """Compare ``count`` elements of the source (cast to ``stored``) with the rank tensor's elements."""
+        step = CHUNK_BYTES // 8
+        size = self.rinfo.itemsize
+        for done in range(0, count, step):
+            n = min(step, count - done)
+            expected = memoryview(self._source_chunk(source_first + done, n)).cast("B")
+            actual = self.rank.read_range(self.rinfo, (rank_first + done) * size, n * size)
+            self.task.advance(len(actual))
+            if expected != actual:
+                return False
+        return True
+
+    def _zeros(self, first: int, count: int) -> bool:
+        step = CHUNK_BYTES // 8
+        size = self.rinfo.itemsize
+        for done in range(0, count, step):
+            n = min(step, count - done)
+            if any(self.rank.read_range(self.rinfo, (first + done) * size, n * size).tobytes()):
+                return False
+        return True
+
+    def _blocks_problem(self, rank_entry: dict[str, Any], dim: int) -> str | None:
+        """Compare a tensor split along a later dimension, a block of outer rows at a time."""
+        import numpy as np
+
+        shape = self.info.shape
+        outer = math.prod(shape[:dim])
+        full, held = shape[dim], rank_entry["shape"][dim]
+        inner = math.prod(shape[dim + 1 :])
+        inner_bytes = inner * DTYPE_SIZES[self.stored]
+        rows_per_block = max(1, CHUNK_BYTES // max(full * inner * self.info.itemsize, 1))
+        for first in range(0, outer, rows_per_block):
+            count = min(rows_per_block, outer - first)
+            chunk = self._source_chunk(first * full * inner, count * full * inner)
+            expected: np.ndarray[Any, Any] = np.frombuffer(chunk, dtype=np.uint8).reshape(count, full, inner_bytes)
+            data = self.rank.read_range(self.rinfo, first * held * inner_bytes, count * held * inner_bytes)
+            actual = np.frombuffer(data, dtype=np.uint8).reshape(count, held, inner_bytes)
+            self.task.advance(actual.nbytes)
+            position = 0
+            for start, stop in rank_entry["slices"]:
+                if not np.array_equal(actual[:, position : position + stop - start], expected[:, start:stop]):
+                    return f"slice [{start}, {stop}) of dim {dim} differs from the source"
+                position += stop - start
+            if actual[:, position:].any():
+                return "padding is not zero"
+        return None

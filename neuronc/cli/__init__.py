@@ -13,7 +13,7 @@ from typing import Annotated
 
 from neuronc import __version__
 from neuronc.cli import _cli as cli
-from neuronc.cli._app import app, exit_interrupted, run_app
+from neuronc.cli._app import app, command_failed, run_app
 
 # Command modules register themselves on `app` when imported; the order here is the order in --help.
 _COMMAND_MODULES = (
@@ -79,4 +79,4 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(run_app(sys.argv[1:] if argv is None else list(argv)))
 
 
-__all__ = ["app", "exit_interrupted", "main"]
+__all__ = ["app", "command_failed", "main"]

@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -15,7 +15,7 @@ import click
 import neuronc.cli._cli as cli  # not `from neuronc.cli import`: the package imports this module
 from neuronc._output import out, to_json_text
 from neuronc.cli._signals import interrupted, interrupts_recorded
-from neuronc.errors import EXIT_INTERRUPTED, InvalidInputError, NeuroncError
+from neuronc.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, InvalidInputError, NeuroncError
 
 app = cli.Group(
     "neuronc",
@@ -38,10 +38,12 @@ COMPLETE_VAR = "_NEURONC_COMPLETE"
 
 
 def handle_errors(func: F) -> F:
-    """Run a command body; map NeuroncError to its message, hint and exit code (NEURONC_DEBUG adds the traceback)."""
+    """Run a command body under the one error handler (``command_failed``): a failure ends the command
+    with its exit code, its message and hint, and with ``--json`` the error document."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _COMMAND_ENDED.clear()
         # Every command names its --json flag `json_out`: with it, a failure prints the error
         # document on stdout even when it happens before the command configured its output.
         if kwargs.get("json_out"):
@@ -49,21 +51,10 @@ def handle_errors(func: F) -> F:
         try:
             with interrupts_recorded():  # SIGTERM (docker stop, CI cancel, timeout) is handled like Ctrl-C
                 return func(*args, **kwargs)
-        except NeuroncError as exc:
-            if os.environ.get("NEURONC_DEBUG"):
-                # The traceback for whoever debugs; the documented exit code for CI all the same.
-                traceback.print_exc(file=sys.stderr)
-            out.error(exc)
-            raise cli.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise cli.Exit(report_interrupted()) from None
         except cli.Exit:
-            raise  # the command ended itself (with --json it printed its document): not a library's exception
-        except Exception:
-            if not interrupted():
-                raise
-            # A Ctrl-C that a library turned into an exception of its own: still an interruption.
-            raise cli.Exit(report_interrupted()) from None
+            raise  # the command ended itself (through command_failed, or with its result's exit code)
+        except (KeyboardInterrupt, Exception) as exc:
+            raise cli.Exit(command_failed(exc)) from None
         finally:
             out.end_command()
             _COMMAND_ENDED.append(True)
@@ -75,22 +66,68 @@ def handle_errors(func: F) -> F:
 _COMMAND_ENDED: list[bool] = []
 
 
-def exit_interrupted(args: list[str]) -> int:
-    """Ctrl-C before a command's body ran (start-up, argument parsing): what a command prints for it,
-    ``interrupted`` on stderr and with ``--json`` the error document on stdout; returns 130."""
-    if _json_requested(args):
-        out.configure(json_mode=True)
-    return report_interrupted()
+def command_failed(
+    exc: BaseException, *, report: dict[str, Any] | None = None, args: Sequence[str] | None = None
+) -> int:
+    """The one place where a failure at the command line becomes what the user sees; returns the exit code.
 
+    What failed decides it all: a NeuroncError is its exit code, its message, details and hint on
+    stderr (NEURONC_DEBUG=1 adds the traceback), and with ``--json`` its error document on stdout. A
+    Ctrl-C or SIGTERM (KeyboardInterrupt, or any exception a library made of one: ``interrupted()``)
+    is exit 130 and ``interrupted``. A usage error Click found in the command line is exit 2, Click's
+    usage message. A closed stdout (``neuronc ... | head``) is exit 1 with nothing said, as Click's
+    ``main()`` ends it. Any other exception is a bug: it is raised again (a traceback, exit 1).
 
-def report_interrupted() -> int:
-    """What every command says for a Ctrl-C (or SIGTERM): ``interrupted`` on stderr, and with ``--json``
-    the error document on stdout; returns 130."""
-    if out.json_mode:
-        out.error(Interrupted("interrupted"))
-    else:
+    ``report``: the command's own ``--json`` document, which records the failure (compile's run report,
+    verify's report): printed instead of the error document. ``args``: the command line, for a failure
+    before a command configured its output (start-up, argument parsing): ``--json`` is read from it.
+    """
+    if isinstance(exc, BrokenPipeError) and not interrupted():
+        # Whoever read the output went away. Python's recipe (the signal module's note on SIGPIPE):
+        # point stdout at devnull, so that the interpreter's last flush does not fail again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_UNEXPECTED
+    error = _as_error(exc)
+    if error is None:
+        raise exc
+    if args is not None:  # before (or after) a command's body: --json as the command line says
+        out.configure(json_mode=_json_requested(args))
+    if isinstance(error, Interrupted):
+        if _COMMAND_ENDED:
+            return error.exit_code  # a Ctrl-C after the command said how it ended: nothing more to say
         out.info("interrupted")
-    return EXIT_INTERRUPTED
+    elif isinstance(exc, click.UsageError):
+        exc.show()  # Click's usage line and message, on stderr
+    else:
+        if os.environ.get("NEURONC_DEBUG"):
+            # The traceback for whoever debugs; the documented exit code for CI all the same.
+            traceback.print_exception(exc, file=sys.stderr)
+        out.explain(error)
+    if out.json_mode:
+        sys.stdout.write(to_json_text(error.to_json() if report is None else report))
+        sys.stdout.flush()
+    return error.exit_code
+
+
+def _as_error(exc: BaseException) -> NeuroncError | None:
+    """The NeuroncError a failure at the command line is for the user; None for a bug."""
+    if isinstance(exc, KeyboardInterrupt) or (isinstance(exc, Exception) and interrupted()):
+        # interrupted(): a Ctrl-C that a library turned into an exception of its own
+        return Interrupted("interrupted")
+    if isinstance(exc, NeuroncError):
+        return exc
+    if isinstance(exc, click.UsageError):
+        if exc.ctx is None:
+            # Raised in a command's body: the command's context, as Click's own invoke adds it once the
+            # body has ended (the usage line and the command's name in the message).
+            exc.ctx = click.get_current_context(silent=True)
+        command_path = exc.ctx.command_path if exc.ctx is not None else "neuronc"
+        return UsageInputError(
+            f"{command_path}: {exc.format_message()}",
+            hint=f"run `{command_path} --help` for its options and arguments",
+        )
+    return None
 
 
 class Interrupted(NeuroncError):
@@ -106,13 +143,16 @@ class UsageInputError(InvalidInputError):
     kind = "usage_error"
 
 
-def _json_requested(args: list[str]) -> bool:
+def _json_requested(args: Sequence[str]) -> bool:
+    args = list(args)
     return "--json" in args[: args.index("--")] if "--" in args else "--json" in args
 
 
 def run_app(args: list[str]) -> int:
-    """Run the application; a usage error with --json on the command line also prints the JSON error
-    document on stdout (exit 2), so that `--json` output is one document on every failure."""
+    """Run the application; returns the exit code. A failure outside a command's body (a usage error,
+    Ctrl-C while arguments are parsed) ends as one inside it does (``command_failed``): with --json
+    on the command line, the error document on stdout, so that `--json` output is one document on
+    every failure."""
     _COMMAND_ENDED.clear()
     instruction = os.environ.get(COMPLETE_VAR)
     if instruction:
@@ -126,28 +166,10 @@ def run_app(args: list[str]) -> int:
         # itself would turn a Ctrl-C into click.Abort (exit 1) and print usage errors its own way.
         with app.make_context("neuronc", list(args)) as ctx:
             code = app.invoke(ctx)
-    except click.exceptions.Exit as exc:  # --help, --version, and a command that failed (handle_errors)
+    except click.exceptions.Exit as exc:  # --help, --version, and a command that ended (handle_errors)
         return exc.exit_code
-    except BrokenPipeError:
-        # Whoever read the output went away (`neuronc ... | head`): exit 1 without a traceback, as
-        # Click's main() does. Python's recipe (the signal module's note on SIGPIPE): point stdout at
-        # devnull, so that the interpreter's last flush does not fail again.
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except KeyboardInterrupt:  # outside a command's body: while the app is built or arguments parsed
-        return EXIT_INTERRUPTED if _COMMAND_ENDED else exit_interrupted(args)
-    except click.UsageError as exc:
-        exc.show()  # Click's usage line and message, on stderr
-        if _json_requested(args) and exc.exit_code != 0:
-            command_path = exc.ctx.command_path if exc.ctx is not None else "neuronc"
-            error = UsageInputError(
-                f"{command_path}: {exc.format_message()}",
-                hint=f"run `{command_path} --help` for its options and arguments",
-            )
-            sys.stdout.write(to_json_text(error.to_json()))
-            sys.stdout.flush()
-        return exc.exit_code
+    except (KeyboardInterrupt, click.UsageError, BrokenPipeError) as exc:  # outside a command's body too
+        return command_failed(exc, args=args)
     return code if isinstance(code, int) else 0
 
 

@@ -37,7 +37,7 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, TypedDict, TypeVar, Union, Unpack, get_args, get_origin
 
 import click
 from click import BadParameter as BadParameter
@@ -52,23 +52,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 _METAVARS: dict[Any, str] = {int: "N", float: "X"}
 
 
+class _Settings(TypedDict, total=False):
+    """What options and arguments both say (``Option``'s and ``Argument``'s keyword arguments)."""
+
+    help: str | None
+    metavar: str | None
+    show_default: bool | str
+    min: float | None
+    max: float | None
+
+
 class _Parameter:
     """What an ``Annotated`` marker says about a parameter's command-line form."""
 
-    def __init__(
-        self,
-        *,
-        help: str | None = None,
-        metavar: str | None = None,
-        show_default: bool | str = True,
-        min: float | None = None,
-        max: float | None = None,
-    ) -> None:
-        self.help = help
-        self.metavar = metavar
-        self.show_default = show_default
-        self.min = min
-        self.max = max
+    def __init__(self, **settings: Unpack[_Settings]) -> None:
+        self.help = settings.get("help")
+        self.metavar = settings.get("metavar")
+        self.show_default = settings.get("show_default", True)
+        self.min = settings.get("min")
+        self.max = settings.get("max")
 
 
 class Option(_Parameter):
@@ -78,15 +80,11 @@ class Option(_Parameter):
     def __init__(
         self,
         *decls: str,
-        help: str | None = None,
-        metavar: str | None = None,
-        show_default: bool | str = True,
-        min: float | None = None,
-        max: float | None = None,
         callback: Callable[[Any], Any] | None = None,
         is_eager: bool = False,
+        **settings: Unpack[_Settings],
     ) -> None:
-        super().__init__(help=help, metavar=metavar, show_default=show_default, min=min, max=max)
+        super().__init__(**settings)
         self.decls = decls
         self.callback = callback
         self.is_eager = is_eager

@@ -8,24 +8,20 @@ from typing import Any
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
+from neuronc.cli._app import command_failed
 from neuronc.errors import NeuroncError
 
 
 def finish_report(data: dict[str, Any], render: Callable[[], None], failure: NeuroncError | None) -> None:
     """Print a report that may carry a failure: the render (or with --json the one document, the error
-    inside it), then exit with the failure's code."""
+    inside it), then end the command through the one handler with the failure's code."""
     if failure is None:
         out.result(data, render)
         return
     if not out.json_mode:
         render()
-        raise failure
-    # --json: one JSON document on stdout (the report, with the error inside), the message on stderr.
     data["error"] = failure.to_json()
-    out.result(data)
-    out.json_mode = False
-    out.error(failure)
-    raise cli.Exit(failure.exit_code)
+    raise cli.Exit(command_failed(failure, report=data))
 
 
 def markup_safe(value: Any, limit: int = 200) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli import _model_flags as mf
-from neuronc.cli._app import command
+from neuronc.cli._app import command, command_failed
 from neuronc.cli._executor import (
     ExecutorName,
     ExecutorOpt,
@@ -22,7 +22,7 @@ from neuronc.cli._executor import (
     refuse_ray_options_without_ray,
 )
 from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
-from neuronc.errors import EXIT_INTERRUPTED, NeuroncError
+from neuronc.errors import NeuroncError
 
 if TYPE_CHECKING:
     from neuronc.pipeline import BuildReport
@@ -203,23 +203,13 @@ def compile_command(
             )
         if signer is not None:
             signatures, unsigned = sign_built(reports, signer, store)
-    except KeyboardInterrupt:
-        data = run_report(reports, interrupted=True)
+    except (KeyboardInterrupt, NeuroncError) as exc:
+        # The report keeps its shape on a failure before (or between) builds: the builds so far, and
+        # the error or `interrupted: true`; with --json it is the one document (command_failed's report).
+        error = exc if isinstance(exc, NeuroncError) else None
+        data = run_report(reports, interrupted=error is None, error=error)
         _write_report(report_path, data)
-        if out.json_mode:
-            # --json: the report (interrupted: true, exit_code 130) is the one document on stdout.
-            out.result(data)
-            out.info("interrupted")
-            raise cli.Exit(EXIT_INTERRUPTED) from None
-        raise
-    except NeuroncError as exc:
-        # The report keeps its shape on a failure before (or between) builds: builds so far + error.
-        data = run_report(reports, error=exc)
-        _write_report(report_path, data)
-        if out.json_mode:
-            out.result(data)
-            raise cli.Exit(exc.exit_code) from None
-        raise
+        raise cli.Exit(command_failed(exc, report=data)) from None
     data = run_report(reports)
     refusal = None
     if sign:

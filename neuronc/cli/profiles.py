@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from neuronc._output import out, to_json_text
 from neuronc.cli import _cli as cli
-from neuronc.cli._app import command
+from neuronc.cli._app import command, command_failed
 from neuronc.cli._options import JsonOpt, ProfilesArg, WideOpt
 from neuronc.errors import InvalidInputError, ProfileError
 
@@ -61,18 +61,16 @@ def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False, wide: Wid
             for warning in result["warnings"]:
                 out.warning(warning)
 
-    if failures and not out.json_mode:
-        render()
     if not failures:
         out.result({"valid": True, "profiles": results}, render)
         return
-    if out.json_mode:
-        out.result({"valid": False, "profiles": results})
-        raise cli.Exit(failures[0].exit_code)
-    if len(failures) == 1:
-        raise failures[0]
-    details = [line for exc in failures for line in (exc.details or [exc.message])]
-    raise ProfileError(f"{len(failures)} of {len(profiles)} profiles are invalid", details=details)
+    if not out.json_mode:
+        render()
+    error = failures[0]
+    if len(failures) > 1:  # one error that names every problem
+        details = [line for exc in failures for line in (exc.details or [exc.message])]
+        error = ProfileError(f"{len(failures)} of {len(profiles)} profiles are invalid", details=details)
+    raise cli.Exit(command_failed(error, report={"valid": False, "profiles": results}))
 
 
 def _render_build(path: str, build: dict[str, Any]) -> None:

@@ -22,6 +22,14 @@ TemperatureOpt = Annotated[
 ]
 SeedOpt = Annotated[int | None, cli.Option("--seed", help="Sampling seed (same seed, same tokens).")]
 
+# OpenMP threads (torch's and the compiled graphs') that wait at a barrier sleep instead of spinning.
+# A graph call is many short parallel regions; on a busy machine a spinning thread holds the core
+# its descheduled sibling needs: a demo decode step took 0.8-12 ms spinning and 0.17 ms sleeping
+# (median of 10x96 steps, 2-core host at load average 3-7; the best step, 0.16 and 0.17 ms).
+# libgomp reads it when torch loads it, so it is set before torch is imported. The same threads
+# split the same work: the logits are bit for bit the same. A value the user set wins.
+_OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+
 _EPILOG = 'Example: neuronc run ./demo --prompt "The quick brown fox" --max-new-tokens 40 --json'
 
 
@@ -39,9 +47,10 @@ def run_command(
     from neuronc.runtime import load
 
     # This process only loads graphs (the one backend that runs here is inductor): torch need not
-    # probe the CPU's ISA by compiling test programs (see TRUST_CPU_FLAGS_ENV). Not done by
-    # neuronc.runtime.load, which runs inside other people's processes.
-    for name, value in TRUST_CPU_FLAGS_ENV.items():
+    # probe the CPU's ISA by compiling test programs (see TRUST_CPU_FLAGS_ENV; only its public
+    # loader, the fallback of inductor.aoti, would), and OpenMP waits passively (_OPENMP_ENV).
+    # Not done by neuronc.runtime.load, which runs inside other people's processes.
+    for name, value in {**TRUST_CPU_FLAGS_ENV, **_OPENMP_ENV}.items():
         os.environ.setdefault(name, value)
     out.configure(json_mode=json_out)
     # Loading binds the weights and warms every graph up: seconds, so it says so while it works.

@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from neuronc.hubcache.paths import (
     REGISTRY_DIR,
@@ -39,19 +39,13 @@ class EntryError(ValueError):
 
 
 @dataclass(frozen=True)
-class CacheEntry:
-    """One cached configuration, labelled with the versions and paths it was found under."""
+class EntryFields:
+    """What one registry file says of its configuration, checked field by field (``check_entry``)."""
 
-    hash: str
-    path: str
-    layout: Layout
-    compiler_folder: str
-    compiler_version: str
-    optimum_version: str
+    entry_class: str | None
     model_id: str | None
     task: str | None
     model_type: str | None
-    entry_class: str | None
     config: dict[str, Any]
     neuron: dict[str, Any]
     batch_size: int
@@ -59,8 +53,20 @@ class CacheEntry:
     tp_degree: int
     dtype: str | None
     target: str | None
+    compiler_version: str
     max_context_length: int | None
     checkpoint_revision: str | None
+
+
+@dataclass(frozen=True)
+class CacheEntry(EntryFields):
+    """One cached configuration, labelled with the versions and paths it was found under."""
+
+    hash: str
+    path: str
+    layout: Layout
+    compiler_folder: str
+    optimum_version: str
     digest_folder: str | None
     hash_verified: bool
     aliases: tuple[str, ...] = ()
@@ -107,53 +113,22 @@ class EntryProblem:
         return {"path": self.path, "reason": self.reason}
 
 
-class _Fields(NamedTuple):
-    entry_class: str | None
-    model_id: str | None
-    task: str | None
-    model_type: str | None
-    config: dict[str, Any]
-    neuron: dict[str, Any]
-    batch_size: int
-    sequence_length: int | None
-    tp_degree: int
-    dtype: str | None
-    target: str | None
-    compiler_version: str
-    max_context_length: int | None
-    checkpoint_revision: str | None
-
-
 def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()) -> CacheEntry:
     """Turn one registry file into a CacheEntry; raise EntryError with a one-line reason if unusable."""
-    f = check_entry(location, data)
     return CacheEntry(
+        **vars(check_entry(location, data)),
         hash=location.stem,
         path=location.path,
         layout=location.layout,
         compiler_folder=location.compiler_folder,
-        compiler_version=f.compiler_version,
         optimum_version=location.optimum_version,
-        model_id=f.model_id,
-        task=f.task,
-        model_type=f.model_type,
-        entry_class=f.entry_class,
-        config=f.config,
-        neuron=f.neuron,
-        batch_size=f.batch_size,
-        sequence_length=f.sequence_length,
-        tp_degree=f.tp_degree,
-        dtype=f.dtype,
-        target=f.target,
-        max_context_length=f.max_context_length,
-        checkpoint_revision=f.checkpoint_revision,
         digest_folder=location.digest,
         hash_verified=hashlib.sha512(data).hexdigest()[:20] == location.stem,
         aliases=tuple(aliases),
     )
 
 
-def check_entry(location: RegistryPath, data: bytes) -> _Fields:
+def check_entry(location: RegistryPath, data: bytes) -> EntryFields:
     """Parse and check one registry file, field by field (``parse_entry`` without building the entry)."""
     try:
         doc = parse_json(data, where=location.path, max_bytes=MAX_ENTRY_BYTES)
@@ -183,7 +158,7 @@ def check_entry(location: RegistryPath, data: bytes) -> _Fields:
     assert batch_size is not None
     dtype_value = _first_text(neuron, ("torch_dtype", "dtype", "auto_cast_type", "float_dtype"))
     target_value = _first_text(neuron, ("target", "instance_type"))
-    return _Fields(
+    return EntryFields(
         entry_class=entry_class,
         model_id=model_id,
         task=task,

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from neuronc.backends.base import ROLE_CONTEXT, ROLE_TOKEN
+from neuronc.backends.inductor.aoti import load_package
 from neuronc.backends.inductor.format import GRAPH_FORMAT, INDEX_NAME, cpu_isa, isa_runs_here, weight_files
 from neuronc.backends.inductor.runner import DTYPES, InductorRunner, LoadedGraph
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, VerificationError
@@ -127,8 +128,17 @@ def bind_constants(
     return bound
 
 
-def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> InductorRunner:
-    """Load an inductor bundle: check toolchain, load packages, bind constants, warm every graph up."""
+def load(
+    bundle_dir: str | os.PathLike[str],
+    *,
+    warmup: bool = True,
+    package_loader: Callable[[Path], Any] = load_package,
+) -> InductorRunner:
+    """Load an inductor bundle: check toolchain, load packages, bind constants, warm every graph up.
+
+    ``package_loader`` loads one graph's ``.pt2``: by default without importing ``torch._inductor``
+    (``inductor.aoti``); ``aoti.public_load_package`` is torch's public loader.
+    """
     started = time.perf_counter()
     root = Path(bundle_dir)
     if not root.is_dir():
@@ -137,7 +147,6 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
     check_toolchain(index)
     # Must be set before the packages load: AOTInductor then rejects wrong shapes and dtypes itself.
     os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
-    import torch._inductor  # where torch's public package loader lives (it imports torch._dynamo)
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -155,7 +164,7 @@ def load(bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Inductor
         package = artifacts / entry["package"]
         if not package.is_file():
             raise BundleFormatError(f"{package}: missing")
-        model = torch._inductor.aoti_load_package(str(package))
+        model = package_loader(package)
         fqns = sorted(model.get_constant_fqns())
         bound = bind_constants(name, fqns, meta, weights, owned, shared)
         model.load_constants(bound, check_full_update=True, user_managed=True)
