@@ -96,12 +96,17 @@ class Output:
 
     # -- data ---------------------------------------------------------------------------------
     def result(self, data: Any, render: Callable[[], None] | None = None) -> None:
-        """Print a command's result: JSON on stdout in --json mode, else ``render()`` (or JSON)."""
-        if self.json_mode or render is None:
-            sys.stdout.write(to_json_text(data))
-            sys.stdout.flush()
-        else:
-            render()
+        """Print a command's result: JSON on stdout in --json mode, else ``render()`` (or JSON).
+
+        The result is printed whole: a Ctrl-C or SIGTERM that comes while it is written is ignored
+        (the command's work is done; the run ends as it says), never half a table or two documents.
+        """
+        with _signals_held():
+            if self.json_mode or render is None:
+                sys.stdout.write(to_json_text(data))
+                sys.stdout.flush()
+            else:
+                render()
 
     def print(self, *renderables: Any) -> None:
         """Print human output to stdout, wrapped at spaces to the terminal (ignored in --json mode).
@@ -251,6 +256,28 @@ class Output:
 
 # Between two columns: one space of padding on each side and the separator.
 _TABLE_GAP = 3
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM do nothing while the block runs (in the main thread; elsewhere, or where
+    SIGINT is ignored, nothing changes). The handlers in place before are restored after it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    for number, handler in previous.items():
+        if handler is not signal.SIG_IGN and handler is not None:
+            signal.signal(number, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            if handler is not None:
+                signal.signal(number, handler)
 
 
 def word_breaks(text: str, width: int) -> list[int]:

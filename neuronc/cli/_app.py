@@ -48,22 +48,28 @@ def handle_errors(func: F) -> F:
         # document on stdout even when it happens before the command configured its output.
         if kwargs.get("json_out"):
             out.configure(json_mode=True)
+        code = EXIT_UNEXPECTED  # a bug (an exception command_failed raises again) ends the run with 1
         try:
             with interrupts_recorded():  # SIGTERM (docker stop, CI cancel, timeout) is handled like Ctrl-C
-                return func(*args, **kwargs)
-        except cli.Exit:
+                result = func(*args, **kwargs)
+            code = result if isinstance(result, int) else 0
+            return result
+        except cli.Exit as exc:
+            code = exc.exit_code
             raise  # the command ended itself (through command_failed, or with its result's exit code)
         except (KeyboardInterrupt, Exception) as exc:
-            raise cli.Exit(command_failed(exc)) from None
+            code = command_failed(exc)
+            raise cli.Exit(code) from None
         finally:
             out.end_command()
-            _COMMAND_ENDED.append(True)
+            _COMMAND_ENDED.append(code)
 
     return wrapper  # type: ignore[return-value]
 
 
-# Set once a command's body has run: it printed its own output (success or failure) by then.
-_COMMAND_ENDED: list[bool] = []
+# The exit code a command's body ended with, once it has run: it printed its own output (success or
+# failure) by then, and a Ctrl-C that comes later keeps that exit code.
+_COMMAND_ENDED: list[int] = []
 
 
 def command_failed(
@@ -95,7 +101,9 @@ def command_failed(
         out.configure(json_mode=_json_requested(args))
     if isinstance(error, Interrupted):
         if _COMMAND_ENDED:
-            return error.exit_code  # a Ctrl-C after the command said how it ended: nothing more to say
+            # A Ctrl-C after the command said how it ended (its output is printed, its work done): the
+            # run ends as the command did, with nothing more said.
+            return _COMMAND_ENDED[-1]
         out.info("interrupted")
     elif isinstance(exc, click.UsageError):
         exc.show()  # Click's usage line and message, on stderr
