@@ -84,3 +84,26 @@ def test_a_ctrl_c_after_the_command_ended_keeps_its_exit_code(capsys: pytest.Cap
     finally:
         out.end_command()  # back to text output for the tests that follow in this process
     assert json.loads(capsys.readouterr().out)["error"] == "interrupted"
+
+
+def test_a_result_is_printed_whole_when_a_ctrl_c_comes_while_it_is_written() -> None:
+    # out.result holds SIGINT while it writes: the signal raised in the middle of rendering neither
+    # cuts the output nor raises afterwards, and the handler in place before is back after it.
+    child = textwrap.dedent(
+        """
+        import signal
+        from neuronc._output import out
+
+        def render():
+            out.print("first half")
+            signal.raise_signal(signal.SIGINT)
+            out.print("second half")
+
+        out.result({"ok": True}, render)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        print("after the result")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["first", "half", "second", "half", "after", "the", "result"], proc.stdout
