@@ -86,29 +86,39 @@ class WorkPool:
             self._cancelled.set()
             self._cond.notify_all()
 
-    def _fits(self, need: int) -> bool:
-        if self._running >= self.slots:
+    def _fits(self, need: int, count: int = 1) -> bool:
+        if self._running + count > self.slots and self._running > 0:
             return False
         if self._running == 0 or self.memory_bytes is None:
             return True
         return self._reserved + need <= self.memory_bytes
 
+    def capacity(self, memory_bytes: int | None, wanted: int) -> int:
+        """How many slots of ``memory_bytes`` each one holder may take at once: at most ``wanted``
+        and the pool's slots, within the memory budget (at least one)."""
+        count = min(max(1, wanted), self.slots)
+        if self.memory_bytes is not None and memory_bytes:
+            count = min(count, self.memory_bytes // memory_bytes)
+        return max(1, count)
+
     @contextlib.contextmanager
-    def slot(self, memory_bytes: int | None = None) -> Iterator[None]:
-        """Hold one worker slot with ``memory_bytes`` reserved while the block runs."""
-        need = max(0, memory_bytes or 0)
+    def slot(self, memory_bytes: int | None = None, count: int = 1) -> Iterator[None]:
+        """Hold ``count`` worker slots, each with ``memory_bytes`` reserved, while the block runs (one
+        process that runs ``count`` children; ``capacity`` says how many fit)."""
+        count = max(1, count)
+        need = max(0, memory_bytes or 0) * count
         ticket = object()
         with self._cond:
             self._queue.append(ticket)
             try:
-                while not (self._cancelled.is_set() or (self._queue[0] is ticket and self._fits(need))):
+                while not (self._cancelled.is_set() or (self._queue[0] is ticket and self._fits(need, count))):
                     self._cond.wait()
             finally:
                 self._queue.remove(ticket)
                 self._cond.notify_all()
             if self._cancelled.is_set():
                 raise PoolCancelled
-            self._running += 1
+            self._running += count
             self._reserved += need
             self.peak_running = max(self.peak_running, self._running)
             self.peak_reserved = max(self.peak_reserved, self._reserved)
@@ -116,7 +126,7 @@ class WorkPool:
             yield
         finally:
             with self._cond:
-                self._running -= 1
+                self._running -= count
                 self._reserved -= need
                 self._cond.notify_all()
 

@@ -472,15 +472,12 @@ def test_tokenizer_json_is_read_as_transformers_reads_it(tmp_path: Path) -> None
     assert direct_reason(tmp_path, {}) == "no tokenizer.json"
 
 
-def test_graphs_are_shared_out_among_the_worker_processes() -> None:
-    from neuronc.backends.inductor.build import Pending, _groups
+def test_the_costliest_graphs_start_first() -> None:
+    from neuronc.backends.inductor.build import Pending, _start_order
 
     def pending(role: str, bucket: int) -> Pending:
         graph = GraphSpec(role, 1, bucket)
         return Pending(graph, graph.name, Path(graph.name), Path(graph.name) / "log")
 
-    items = [pending(ROLE_CONTEXT, 32), pending(ROLE_CONTEXT, 64), pending(ROLE_TOKEN, 128)]
-    groups = _groups(items, 2)
-    assert [[p.graph.name for p in g] for g in groups] == [["cte-b1-s64"], ["cte-b1-s32", "tkg-b1-s128"]]
-    assert [[p.graph.name for p in g] for g in _groups(items, 1)] == [["cte-b1-s64", "cte-b1-s32", "tkg-b1-s128"]]
-    assert len(_groups(items[:1], 2)) == 1
+    items = [pending(ROLE_CONTEXT, 32), pending(ROLE_TOKEN, 128), pending(ROLE_CONTEXT, 64)]
+    assert [p.graph.name for p in _start_order(items)] == ["cte-b1-s64", "cte-b1-s32", "tkg-b1-s128"]

@@ -8,10 +8,13 @@ four graphs in all (the fourth when a test changes one bucket) plus one that fai
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -154,18 +157,69 @@ def test_weights_that_do_not_cover_the_graphs_fail_the_compile(
     assert any("model.model.norm.weight: no weight named model.norm.weight" in d for d in info.value.details)
 
 
-def test_a_failing_graph_compile_is_a_compile_error_with_its_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("jobs", [1, 3], ids=["in-process", "forked"])
+def test_a_failing_graph_compile_is_a_compile_error_with_its_log(tmp_path: Path, jobs: int) -> None:
     # A real setting whose value makes the C++ step fail (an unknown name is refused at validate time).
+    # With one job the worker compiles in its own process; with three, in a forked child per graph,
+    # and the first failure stops the others.
     broken = "weights: presharded\noptions:\n  inductor_config: {cpp.cxx: [null, neuronc-no-such-compiler]}"
     spec = _spec(**{"weights: presharded": broken})
     bundle = _bundle_skeleton(tmp_path / "bundle")
     with pytest.raises(CompileError) as info:
-        _compile(bundle, spec, "off", jobs=1)
+        _compile(bundle, spec, tmp_path / "graph-cache", jobs=jobs)
+    assert not list((tmp_path / "graph-cache").glob("*/*.pt2"))  # nothing half-built was published
+    logs = sorted(p.name for p in (bundle / "logs").iterdir())
+    assert len(logs) == 1 and logs[0].removesuffix(".log") in info.value.message  # the failed graph's log
     error = info.value
     assert error.exit_code == 3
     assert error.log_path is not None and Path(error.log_path).is_file()
     assert "neuronc-no-such-compiler" in "\n".join(error.details) + Path(error.log_path).read_text()
     assert "[neuronc] FAILED" in Path(error.log_path).read_text()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; the worker forks on Linux only")
+def test_ctrl_c_stops_the_worker_its_forked_children_and_their_compilers(tmp_path: Path) -> None:
+    # The worker leads a process group of its own: a terminal's Ctrl-C reaches neuronc only, which
+    # kills the whole group (worker, the children compiling graphs, their g++), then exits 130.
+    env = {**os.environ, "NEURONC_STORE": str(tmp_path / "store"), "NEURONC_GRAPH_CACHE": str(tmp_path / "graphs")}
+    command = [sys.executable, "-m", "neuronc", "compile", str(PROFILE), "--jobs", "2"]
+    proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    workers: list[int] = []
+    forked: list[int] = []
+    while time.monotonic() < deadline and len(forked) < 2:
+        workers = [p for p in _children(proc.pid) if "inductor.worker" in Path(f"/proc/{p}/cmdline").read_text()]
+        forked = [c for w in workers for c in _children(w)]
+        time.sleep(0.1)
+    assert len(workers) == 1 and len(forked) >= 2, (workers, forked)
+    assert os.getpgid(workers[0]) == workers[0] != os.getpgid(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in [*workers, *forked]):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in [*workers, *forked])
+    assert not list((tmp_path / "graphs").glob("*/*.pt2"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -339,7 +393,9 @@ def test_the_output_neutral_settings_leave_the_logits_bit_identical(
     options = json.dumps({"inductor_config": torch_values})
     spec = _spec(**{"context_buckets: [32, 64]": "context_buckets: [32]", "weights: presharded": f"weights: presharded\noptions: {options}"})  # fmt: skip
     bundle = _bundle_skeleton(tmp_path / "bundle")
-    result = _compile(bundle, spec, compiled[2])
+    # One job: the worker compiles in its own process, where the fixture's graphs came from forked
+    # children; the comparison covers that too.
+    result = _compile(bundle, spec, compiled[2], jobs=1)
     assert [g.graph.name for g in result.graphs] == ["cte-b1-s32", "tkg-b1-s128"]
     assert not any(g.cache_hit for g in result.graphs)  # the settings are in the graph cache key
     plain = load(bundle)

@@ -132,6 +132,27 @@ def test_a_pool_admits_at_most_its_slots_and_its_memory() -> None:
     assert pool.peak_running == 2
 
 
+def test_one_holder_takes_several_slots_at_once_within_the_memory() -> None:
+    # One worker process that runs children holds a slot for each, with memory for each.
+    pool = WorkPool(3, memory_bytes=10)
+    assert pool.capacity(4, wanted=3) == 2  # three children of 4 would exceed 10
+    assert pool.capacity(None, wanted=5) == 3  # no more than the slots
+    assert pool.capacity(20, wanted=3) == 1  # at least one, as a single reservation may exceed the budget
+    admitted = threading.Event()
+    with pool.slot(4, count=2):
+        assert pool.peak_running == 2 and pool.peak_reserved == 8
+
+        def another() -> None:
+            with pool.slot(4):
+                admitted.set()
+
+        waiter = threading.Thread(target=another)
+        waiter.start()
+        assert not admitted.wait(0.3)  # the third slot is free, its memory is not
+    waiter.join(5)
+    assert admitted.is_set()
+
+
 def test_a_reservation_larger_than_the_budget_runs_alone_rather_than_never() -> None:
     pool = WorkPool(2, memory_bytes=1)
     with pool.slot(5):

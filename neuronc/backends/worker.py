@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -70,11 +71,17 @@ class Workers:
     reserving ``memory_bytes``, while it runs; a cancelled pool stops the worker (``PoolCancelled``).
     """
 
-    def __init__(self, pool: WorkPool | None = None, memory_bytes: int | None = None) -> None:
+    def __init__(
+        self, pool: WorkPool | None = None, memory_bytes: int | None = None, *, own_group: bool = False
+    ) -> None:
         self._procs: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._pool = pool
         self._memory_bytes = memory_bytes
+        # A worker that forks children leads a process group of its own, which is stopped as a
+        # whole (a terminal's Ctrl-C then reaches neuronc only, which stops the group). Otherwise the
+        # worker shares neuronc's group, and Ctrl-C reaches it directly.
+        self._own_group = own_group
 
     def run(
         self,
@@ -85,16 +92,23 @@ class Workers:
         log: BinaryIO,
         poll: Callable[[], None] | None = None,
         poll_seconds: float = 0.5,
+        slots: int = 1,
     ) -> WorkerExit:
         """Run ``command`` to completion; ``poll`` is called every ``poll_seconds`` while it runs.
 
-        If this thread is interrupted (Ctrl-C, or an exception from ``poll``) the child is killed
-        before the exception propagates: no compiler is left running behind neuronc.
+        The worker holds ``slots`` of the pool (it runs that many children; ``slots_for`` says how
+        many fit). If this thread is interrupted (Ctrl-C, or an exception from ``poll``) the worker
+        (with ``own_group``, its whole process group) is killed before the exception propagates: no
+        compiler is left running behind neuronc.
         """
         if self._pool is None:
             return self._run(command, env=env, cwd=cwd, log=log, poll=poll, poll_seconds=poll_seconds)
-        with self._pool.slot(self._memory_bytes):
+        with self._pool.slot(self._memory_bytes, count=slots):
             return self._run(command, env=env, cwd=cwd, log=log, poll=poll, poll_seconds=poll_seconds)
+
+    def slots_for(self, wanted: int) -> int:
+        """How many slots one worker may hold to run ``wanted`` children at once (pool and memory)."""
+        return self._pool.capacity(self._memory_bytes, wanted) if self._pool is not None else max(1, wanted)
 
     def _run(
         self,
@@ -108,7 +122,13 @@ class Workers:
     ) -> WorkerExit:
         started = time.monotonic()
         proc = subprocess.Popen(
-            list(command), cwd=cwd, env=dict(env), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            list(command),
+            cwd=cwd,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=self._own_group,
         )
         with self._lock:
             self._procs.add(proc)
@@ -125,7 +145,7 @@ class Workers:
                     raise PoolCancelled
                 time.sleep(_REAP_INTERVAL)
         except BaseException:
-            proc.kill()
+            self._signal(proc, signal.SIGKILL)
             proc.wait()
             raise
         finally:
@@ -137,5 +157,14 @@ class Workers:
         """Ask every running worker to stop (their ``run`` calls then return)."""
         with self._lock:
             for proc in self._procs:
-                with contextlib.suppress(OSError):
-                    proc.terminate()
+                self._signal(proc, signal.SIGTERM)
+
+    def _signal(self, proc: subprocess.Popen[bytes], signum: int) -> None:
+        """Signal a worker, or with ``own_group`` its process group (its children and compilers)."""
+        if proc.returncode is not None:  # reaped: its pid (and group id) may belong to another now
+            return
+        with contextlib.suppress(OSError):
+            if self._own_group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)

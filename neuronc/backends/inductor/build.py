@@ -1,9 +1,10 @@
-"""Building the graphs the graph cache lacks: worker processes, each compiling several graphs in turn.
+"""Building the graphs the graph cache lacks: one worker process for all of them.
 
-``build_all`` deals the graphs out to ``job.jobs`` processes (``python -m
-neuronc.backends.inductor.worker REQUESTS.json``), takes each graph as soon as its process writes
-it (published into the graph cache, reported done), and turns a failed graph into a CompileError
-with its log. Used by ``InductorBackend.compile``.
+``build_all`` hands every graph to one process (``python -m neuronc.backends.inductor.worker
+REQUESTS.json PARALLEL``), which imports torch once and compiles up to ``PARALLEL`` graphs at a time
+in forked children; it takes each graph as soon as it is written (published into the graph cache,
+reported done), and turns a failed graph into a CompileError with its log. Used by
+``InductorBackend.compile``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,23 +50,17 @@ def _worker_env(job: CompileJob, cache_root: Path | None) -> dict[str, str]:
     return worker_env(env, {**fixed, **trusted, "HF_HUB_OFFLINE": "1"})
 
 
-def _groups(pending: Sequence[Pending], workers: int) -> list[list[Pending]]:
-    """Split the graphs among ``workers`` processes: the costliest first, each to the least loaded.
+def _start_order(pending: Sequence[Pending]) -> list[Pending]:
+    """The graphs in the order to start them: the costliest first, so the last to start are short.
 
     A context graph costs about its bucket (its kernels loop over the prompt), a token graph a few
-    positions' worth; an estimate, only used to balance the processes.
+    positions' worth; an estimate, only used to order the work.
     """
 
     def cost(item: Pending) -> int:
         return item.graph.bucket if item.graph.role == ROLE_CONTEXT else max(1, item.graph.bucket // 4)
 
-    groups: list[list[Pending]] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for item in sorted(pending, key=cost, reverse=True):
-        i = loads.index(min(loads))
-        groups[i].append(item)
-        loads[i] += cost(item)
-    return [g for g in groups if g]
+    return sorted(pending, key=cost, reverse=True)
 
 
 def build_all(
@@ -76,63 +70,15 @@ def build_all(
     max_length: int,
     cache_root: Path | None,
 ) -> dict[GraphSpec, tuple[dict[str, Any], float, Path]]:
-    """Build the graphs the cache lacks in ``job.jobs`` worker processes, each compiling several
-    graphs in turn (one import of torch per process); the first failure stops the rest."""
+    """Export + compile the graphs the cache lacks in one worker process, which runs up to
+    ``job.jobs`` of them at once (within the pool's slots and memory), taking each graph as it
+    completes: published into the graph cache and reported done while the others go on."""
     env = _worker_env(job, cache_root)
-    built: dict[GraphSpec, tuple[dict[str, Any], float, Path]] = {}
-    failures: list[CompileError] = []
-    cancel = threading.Event()
-    lock = threading.Lock()
-    workers = Workers(job.pool, job.host_compile_per_graph_bytes)
-
-    def run(group: list[Pending]) -> None:
-        done = _run_worker(job, group, env, max_length, inductor_config, workers, cancel, cache_root)
-        with lock:
-            built.update(done)
-
-    import concurrent.futures  # here: a store hit loads this module but compiles nothing
-
-    groups = _groups(pending, max(1, min(job.jobs, len(pending))))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="neuronc-graph") as pool:
-        futures = [pool.submit(run, group) for group in groups]
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                try:
-                    future.result()
-                except CompileError as exc:
-                    cancel.set()
-                    failures.append(exc)
-        except BaseException:
-            cancel.set()
-            workers.terminate_all()
-            raise
-    if failures:
-        real = [f for f in failures if f.log_path] or failures
-        raise real[0]
-    return built
-
-
-class _Cancelled(Exception):
-    """Another worker failed: this one is stopped."""
-
-
-def _run_worker(
-    job: CompileJob,
-    group: Sequence[Pending],
-    env: Mapping[str, str],
-    max_length: int,
-    inductor_config: Mapping[str, Any],
-    workers: Workers,
-    cancel: threading.Event,
-    cache_root: Path | None,
-) -> dict[GraphSpec, tuple[dict[str, Any], float, Path]]:
-    """Export + compile ``group``'s graphs in one child process, taking each graph as it completes.
-
-    Each graph's output goes to its own log; a finished graph is published into the graph cache
-    (and reported done) while the process goes on to the next one.
-    """
+    ordered = _start_order(pending)
+    workers = Workers(job.pool, job.host_compile_per_graph_bytes, own_group=True)
+    parallel = workers.slots_for(min(job.jobs, len(ordered)))
     requests = []
-    for item in group:
+    for item in ordered:
         item.out_dir.mkdir(parents=True, exist_ok=True)
         graph = item.graph
         header = f"# neuronc inductor: graph {graph.name}, cache key {item.key}\n"
@@ -153,39 +99,33 @@ def _run_worker(
             }
         )
     job.work_dir.mkdir(parents=True, exist_ok=True)
-    request_path = job.work_dir / f"graphs-{group[0].graph.name}.json"
+    request_path = job.work_dir / "graphs.json"
     request_path.write_text(json.dumps(requests, indent=2), encoding="utf-8")
-    tasks = {item.graph: job.progress.task(f"graph {item.graph.name}") for item in group}
+    tasks = {item.graph: job.progress.task(f"graph {item.graph.name}") for item in ordered}
     done: dict[GraphSpec, tuple[dict[str, Any], float, Path]] = {}
 
     def take_finished() -> None:
-        for item in group:
+        for item in ordered:
             if item.graph not in done and (item.out_dir / f"{item.graph.name}.json").is_file():
                 meta, seconds = _finish(job, item)
                 entry = cache.publish(item.out_dir, cache_root, item.graph.name, item.key)
                 done[item.graph] = (meta, seconds, entry)
                 tasks[item.graph].done(f"{seconds:.1f} s")
-        if cancel.is_set():
-            raise _Cancelled
 
-    command = worker_command(_WORKER_MODULE, [str(request_path)])
+    command = worker_command(_WORKER_MODULE, [str(request_path), str(parallel)])
     # The process's own output, before its first graph's log is opened (an import failure).
-    process_log = job.work_dir / f"graphs-{group[0].graph.name}.log"
-    try:
-        with process_log.open("wb") as log:
-            ended = workers.run(command, env=env, cwd=job.work_dir, log=log, poll=take_finished, poll_seconds=0.2)
-    except _Cancelled:
-        for item in group:
-            if item.graph not in done:
-                tasks[item.graph].done("cancelled")
-                shutil.rmtree(item.out_dir, ignore_errors=True)
-        raise CompileError(f"graph {group[0].graph.name}: stopped (another graph failed)") from None
+    process_log = job.work_dir / "graphs.log"
+    with process_log.open("wb") as log:
+        ended = workers.run(
+            command, env=env, cwd=job.work_dir, log=log, poll=take_finished, poll_seconds=0.2, slots=parallel
+        )
     take_finished()
     request_path.unlink(missing_ok=True)
-    missing = [item for item in group if item.graph not in done]
+    missing = [item for item in ordered if item.graph not in done]
     if not missing:
         return done
-    failed = missing[0]
+    marked = [item for item in missing if (item.out_dir / f"{item.graph.name}.failed").is_file()]
+    failed = marked[0] if marked else missing[0]
     for item in missing:
         tasks[item.graph].done("failed" if item is failed else "not compiled")
     bundle_log = job.logs_dir / f"{failed.graph.name}.log"

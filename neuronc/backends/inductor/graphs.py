@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -318,19 +319,56 @@ OUTPUT_NEUTRAL_SETTINGS: dict[str, Any] = {
 }
 
 
-def compile_graph(
-    *,
-    model_dir: Path,
-    role: str,
-    batch: int,
-    bucket: int,
-    max_length: int,
-    dtype_name: str,
-    out_dir: Path,
-    name: str,
-    inductor_config: Mapping[str, Any] | None = None,
+@dataclass
+class ExportedGraph:
+    """One graph exported (``torch.export``) and ready for AOTInductor: what ``compile_exported`` needs."""
+
+    name: str
+    role: str
+    batch: int
+    bucket: int
+    max_length: int
+    dtype_name: str
+    model_type: str
+    vocab_size: int
+    wrapper: torch.nn.Module
+    specs: list[dict[str, Any]]
+    program: Any  # torch.export.ExportedProgram
+    export_seconds: float
+
+
+def export_graph(
+    model: Any, *, role: str, batch: int, bucket: int, max_length: int, dtype_name: str, name: str
+) -> ExportedGraph:
+    """Export one graph of ``model`` (built by ``build_model``; several graphs may share it)."""
+    config = model.config
+    dtype = DTYPES[dtype_name]
+    wrapper = wrapper_for(model, role, bucket)
+    specs = input_specs(config, role, batch, bucket, max_length, dtype)
+    args = example_inputs(specs)
+    started = time.perf_counter()
+    with torch.no_grad():
+        program = torch.export.export(wrapper, args, strict=False)
+    return ExportedGraph(
+        name=name,
+        role=role,
+        batch=batch,
+        bucket=bucket,
+        max_length=max_length,
+        dtype_name=dtype_name,
+        model_type=config.model_type,
+        vocab_size=config.vocab_size,
+        wrapper=wrapper,
+        specs=specs,
+        program=program,
+        export_seconds=time.perf_counter() - started,
+    )
+
+
+def compile_exported(
+    graph: ExportedGraph, out_dir: Path, inductor_config: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Export one graph and AOT-compile it into ``out_dir/<name>.pt2`` without weights.
+    """AOT-compile an exported graph into ``out_dir/<name>.pt2`` without weights.
 
     Also writes ``<name>.constants.safetensors`` (the graph-owned constants) and returns the graph
     metadata that the caller stores as ``<name>.json``.
@@ -338,34 +376,23 @@ def compile_graph(
     import torch._inductor
     from safetensors.torch import save_file
 
-    dtype = DTYPES[dtype_name]
-    config = load_config(model_dir)
-    model = build_model(config, dtype)
-    wrapper = wrapper_for(model, role, bucket)
-    specs = input_specs(config, role, batch, bucket, max_length, dtype)
-    args = example_inputs(specs)
-
-    started = time.perf_counter()
-    with torch.no_grad():
-        exported = torch.export.export(wrapper, args, strict=False)
-    export_seconds = time.perf_counter() - started
-
     from neuronc.backends.inductor.options import inductor_settings
 
+    name = graph.name
     options: dict[str, Any] = {"aot_inductor.package_constants_in_so": False}
     settings = inductor_settings() or {}
-    options.update({name: value for name, value in OUTPUT_NEUTRAL_SETTINGS.items() if name in settings})
+    options.update({key: value for key, value in OUTPUT_NEUTRAL_SETTINGS.items() if key in settings})
     options.update(dict(inductor_config or {}))
     started = time.perf_counter()
     package = out_dir / f"{name}.pt2"
-    torch._inductor.aoti_compile_and_package(exported, package_path=str(package), inductor_configs=options)
+    torch._inductor.aoti_compile_and_package(graph.program, package_path=str(package), inductor_configs=options)
     aoti_seconds = time.perf_counter() - started
 
     # The FQNs the compiled graph asks for; each must come from the checkpoint or the graph itself.
     compiled = torch._inductor.aoti_load_package(str(package))
     fqns = sorted(compiled.get_constant_fqns())
-    sources = constant_sources(wrapper)
-    owned = graph_owned_constants(wrapper)
+    sources = constant_sources(graph.wrapper)
+    owned = graph_owned_constants(graph.wrapper)
     constants: dict[str, dict[str, Any]] = {}
     for fqn in fqns:
         if fqn not in sources:
@@ -377,18 +404,18 @@ def compile_graph(
     return {
         "format": GRAPH_FORMAT,
         "name": name,
-        "role": role,
-        "batch": batch,
-        "bucket": bucket,
-        "max_length": max_length,
-        "dtype": dtype_name,
-        "model_type": config.model_type,
+        "role": graph.role,
+        "batch": graph.batch,
+        "bucket": graph.bucket,
+        "max_length": graph.max_length,
+        "dtype": graph.dtype_name,
+        "model_type": graph.model_type,
         "package": f"{name}.pt2",
         "owned_constants": f"{name}.constants.safetensors",
-        "inputs": specs,
-        "output": {"shape": [batch, config.vocab_size], "dtype": "float32"},
+        "inputs": graph.specs,
+        "output": {"shape": [graph.batch, graph.vocab_size], "dtype": "float32"},
         "constants": constants,
-        "export_seconds": round(export_seconds, 3),
+        "export_seconds": round(graph.export_seconds, 3),
         "aoti_seconds": round(aoti_seconds, 3),
         "torch": torch.__version__,
     }

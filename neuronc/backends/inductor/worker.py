@@ -1,27 +1,37 @@
-"""Compile inductor graphs in one process: ``python -m neuronc.backends.inductor.worker REQUESTS``.
+"""Compile inductor graphs in one process: ``python -m neuronc.backends.inductor.worker REQUESTS [PARALLEL]``.
 
-``REQUESTS`` is a JSON file written by ``InductorBackend.compile``: a list of graph requests
-(model_dir, role, batch, bucket, max_length, dtype, out_dir, name, inductor_config, log), compiled
-one after the other. One process compiles several graphs so that torch, transformers and
-Inductor are imported once, and Inductor's in-process caches (the CPU ISA it picked, its compiled
-headers, the model it traced) serve every graph after the first.
+``REQUESTS`` is a JSON file written by ``build.build_all``: a list of graph requests (model_dir, role,
+batch, bucket, max_length, dtype, out_dir, name, inductor_config, log), in the order to start them.
+torch, transformers and the model are loaded once, by this process, for every graph.
 
-For each graph the process's stdout and stderr go to that graph's ``log`` (file descriptors 1 and 2
-are pointed at it, so the C++ compiler's output lands there too); the worker writes ``<name>.pt2``,
-``<name>.constants.safetensors`` and, last, ``<name>.json`` into the graph's ``out_dir``: a graph
-whose ``.json`` exists is complete, and the parent takes it as soon as it appears. The first graph
-that fails ends the process with exit status 1 (the graphs after it are not compiled).
+With ``PARALLEL`` > 1 (on Linux, while this process has a single thread) the process exports each
+graph itself and forks a child to AOT-compile it, at most ``PARALLEL`` children at a time: the
+children share the parent's imports and model (copy-on-write), so a graph costs its own export and
+compile, not another ``import torch``. Otherwise the graphs are exported and compiled one after the
+other in this process.
+
+For each graph the output goes to that graph's ``log`` (file descriptors 1 and 2 are pointed at it,
+so the C++ compiler's output lands there too); the graph's ``out_dir`` receives ``<name>.pt2``,
+``<name>.constants.safetensors`` and, last, ``<name>.json``: a graph whose ``.json`` exists is
+complete, and the parent takes it as soon as it appears. A graph that fails gets ``<name>.failed``
+(its exit status) instead; the process then stops the children still running, starts no other
+graph, and exits with status 1.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from neuronc.backends.inductor.graphs import ExportedGraph
 
 
 def _log_to(path: str) -> None:
@@ -36,22 +46,42 @@ def _log_to(path: str) -> None:
         os.close(fd)
 
 
-def _compile_one(request: dict[str, Any], started: float, imported: float | None) -> None:
+class _Models:
+    """The HF model each graph is exported from, built once per (model directory, dtype)."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[str, str], Any] = {}
+
+    def get(self, model_dir: str, dtype_name: str) -> Any:
+        from neuronc.backends.inductor import graphs
+
+        key = (model_dir, dtype_name)
+        if key not in self._built:
+            self._built[key] = graphs.build_model(graphs.load_config(Path(model_dir)), graphs.DTYPES[dtype_name])
+        return self._built[key]
+
+
+def _export(request: dict[str, Any], models: _Models) -> ExportedGraph:
     from neuronc.backends.inductor import graphs
 
-    out_dir = Path(request["out_dir"])
-    meta = graphs.compile_graph(
-        model_dir=Path(request["model_dir"]),
+    print(f"[neuronc] compiling {request['name']}: {json.dumps(request, sort_keys=True)}", flush=True)
+    return graphs.export_graph(
+        models.get(request["model_dir"], request["dtype"]),
         role=request["role"],
         batch=int(request["batch"]),
         bucket=int(request["bucket"]),
         max_length=int(request["max_length"]),
         dtype_name=request["dtype"],
-        out_dir=out_dir,
         name=request["name"],
-        inductor_config=request.get("inductor_config") or {},
     )
-    meta["import_seconds"] = round(imported, 3) if imported is not None else 0.0
+
+
+def _compile(request: dict[str, Any], exported: ExportedGraph, started: float, imported: float) -> None:
+    from neuronc.backends.inductor import graphs
+
+    out_dir = Path(request["out_dir"])
+    meta = graphs.compile_exported(exported, out_dir, request.get("inductor_config") or {})
+    meta["import_seconds"] = round(imported, 3)
     meta["worker_seconds"] = round(time.perf_counter() - started, 3)
     timings = (
         f"imports {meta['import_seconds']} s, export {meta['export_seconds']} s, AOTInductor {meta['aoti_seconds']} s"
@@ -62,34 +92,108 @@ def _compile_one(request: dict[str, Any], started: float, imported: float | None
     tmp.replace(out_dir / f"{request['name']}.json")
 
 
+def _can_fork() -> bool:
+    """Forking is safe here only on Linux with no other thread (a forked child would lack it)."""
+    if sys.platform != "linux" or threading.active_count() != 1:
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1  # native threads too (OpenMP, tokenizers)
+    except OSError:
+        return False
+
+
+class _Scheduler:
+    """Exports every graph in this process and compiles it in a forked child, ``parallel`` at a
+    time; with ``parallel`` 1, or where forking is unsafe, compiles it here, one after the other."""
+
+    def __init__(self, parallel: int, imported: float, first: float) -> None:
+        self.parallel = parallel
+        self.imported = imported
+        self.first = first
+        self.models = _Models()
+        self.running: dict[int, tuple[dict[str, Any], float]] = {}
+        self.failed = False
+
+    def run(self, requests: list[dict[str, Any]]) -> int:
+        try:
+            for index, request in enumerate(requests):
+                while len(self.running) >= self.parallel and not self.failed:
+                    self._reap()
+                if self.failed:
+                    break
+                self._start(request, self.first if index == 0 else time.perf_counter(), index == 0)
+            if self.failed:
+                for pid in self.running:
+                    os.kill(pid, signal.SIGTERM)
+            while self.running:
+                self._reap()
+        finally:
+            for pid in self.running:  # interrupted: the children go too
+                os.kill(pid, signal.SIGKILL)
+        return 1 if self.failed else 0
+
+    def _start(self, request: dict[str, Any], started: float, first: bool) -> None:
+        imported = self.imported if first else 0.0
+        _log_to(request["log"])
+        try:
+            exported = _export(request, self.models)
+            if self.parallel == 1 or not _can_fork():
+                _compile(request, exported, started, imported)
+                return
+        except Exception:  # the process boundary: any failure is logged and ends the graphs
+            traceback.print_exc()
+            self._fail(request, 1, started)
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            # The child ends here, without this process's exit handlers (os._exit): they are ours.
+            os._exit(_child(request, exported, started, imported))
+        self.running[pid] = (request, started)
+
+    def _reap(self) -> None:
+        pid, status = os.wait()
+        request, started = self.running.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0 and not self.failed:
+            _log_to(request["log"])
+            self._fail(request, code, started)
+
+    def _fail(self, request: dict[str, Any], status: int, started: float) -> None:
+        """Record in the graph's log and its ``<name>.failed`` marker that it failed."""
+        self.failed = True
+        print(f"[neuronc] FAILED after {time.perf_counter() - started:.2f} s", flush=True)
+        marker = Path(request["out_dir"]) / f"{request['name']}.failed"
+        marker.write_text(f"{status}\n", encoding="utf-8")
+
+
+def _child(request: dict[str, Any], exported: ExportedGraph, started: float, imported: float) -> int:
+    """A forked child: compile one exported graph; its exit status says whether it worked."""
+    _log_to(request["log"])
+    try:
+        _compile(request, exported, started, imported)
+    except BaseException:  # the process boundary: the failure is logged, the status tells the parent
+        traceback.print_exc()
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m neuronc.backends.inductor.worker REQUESTS.json\n")
+    if len(argv) not in (1, 2):
+        sys.stderr.write("usage: python -m neuronc.backends.inductor.worker REQUESTS.json [PARALLEL]\n")
         return 2
     loaded = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     requests: list[dict[str, Any]] = loaded if isinstance(loaded, list) else [loaded]
-    imported: float | None = None
-    for request in requests:
-        started = time.perf_counter()
-        if request.get("log"):
-            _log_to(request["log"])
-        print(f"[neuronc] compiling {request['name']}: {json.dumps(request, sort_keys=True)}", flush=True)
-        try:
-            if imported is None:
-                import torch
+    parallel = max(1, int(argv[1])) if len(argv) == 2 else 1
+    first = time.perf_counter()
+    import torch
 
-                torch.set_num_threads(1)
-                from neuronc.backends.inductor import graphs  # noqa: F401  (timed as the imports)
+    torch.set_num_threads(1)
+    from neuronc.backends.inductor import graphs  # noqa: F401  (timed as the imports)
 
-                imported = time.perf_counter() - started
-                _compile_one(request, started, imported)
-            else:
-                _compile_one(request, started, None)
-        except Exception:  # the process boundary: any failure is logged and becomes exit status 1
-            traceback.print_exc()
-            print(f"[neuronc] FAILED after {time.perf_counter() - started:.2f} s", flush=True)
-            return 1
-    return 0
+    imported = time.perf_counter() - first
+    return _Scheduler(min(parallel, len(requests)), imported, first).run(requests)
 
 
 if __name__ == "__main__":
