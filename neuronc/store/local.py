@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
-from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
+from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, try_claim
 from neuronc.errors import DISK_FULL, BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, foreign_row
+from neuronc.fsutil import tree_bytes
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
 from neuronc.store._records import (
     GcReport,
