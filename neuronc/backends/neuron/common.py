@@ -108,13 +108,17 @@ class NeuronBackend(BackendBase):
     """A backend whose compile calls the Neuron SDK in an isolated child process.
 
     Which targets it compiles for in which Neuron SDK release is the support matrix's
-    (neuronc.backends.support): a subclass sets ``targets = backend_targets(name)``.
+    (neuronc.backends.support): each subclass's ``targets`` are set from its ``name`` when it is defined.
     """
 
     # Neuron backends shard (or not) in their own format; neuronc's rank shards in weights/ are not
     # read by any of them, so the pipeline need not write them.
     consumes_rank_shards: ClassVar[bool] = False
     targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1", "trn2"})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.targets = backend_targets(cls.name)  # every target any release supports the backend on
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         """What the Neuron runtime supports on the target at the build's LNC (neuronc.hardware)."""

@@ -41,7 +41,6 @@ from neuronc.backends.base import (
 from neuronc.backends.neuron.common import (
     NXD_PACKAGES,
     NeuronBackend,
-    backend_targets,
     managed_problems,
     neuron_extra,
     user_neuron_config,
@@ -193,7 +192,6 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
 
 class NxdiBackend(NeuronBackend):
     name: ClassVar[str] = "nxdi"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     # NxD traces the whole model on the host before neuronx-cc runs: Llama-3.1-8B (16 GB bf16) is killed
     # during HLO generation on a 32 GB host, so 2× weights + base.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(

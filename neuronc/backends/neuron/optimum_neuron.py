@@ -32,7 +32,6 @@ from neuronc.backends.base import (
 from neuronc.backends.neuron.common import (
     NXD_PACKAGES,
     NeuronBackend,
-    backend_targets,
     managed_problems,
     neuron_extra,
     user_neuron_config,
@@ -169,7 +168,6 @@ def reproduce_snippet(spec: BuildSpec, output: str) -> str:
 
 class OptimumNeuronBackend(NeuronBackend):
     name: ClassVar[str] = "optimum-neuron"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(4 * GIB, 2.0, 2 * GIB, False, "NxD tracing, as nxdi")
     # optimum-neuron's NxD backend compiles with the model class's own get_compiler_args() and reads no
     # NEURON_CC_FLAGS (huggingface/optimum-neuron v0.4.5

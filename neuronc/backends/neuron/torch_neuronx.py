@@ -38,7 +38,7 @@ from neuronc.backends.base import (
     HostRamModel,
     check_import_reference,
 )
-from neuronc.backends.neuron.common import NeuronBackend, backend_targets, neuron_extra
+from neuronc.backends.neuron.common import NeuronBackend, neuron_extra
 from neuronc.backends.neuron.env import (
     NEURON_EXTRA_INDEX,
     cross_compiling,
@@ -127,7 +127,6 @@ def trace_calls(
 
 class TorchNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "torch-neuronx"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     # torch_neuronx.trace runs the eager model on the host, usually in fp32.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         2 * GIB, 2.0, 1 * GIB, False, "trace runs the eager model on the host"

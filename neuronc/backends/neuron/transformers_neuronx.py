@@ -36,7 +36,6 @@ from pydantic import BaseModel, Field, create_model
 from neuronc.backends.base import GIB, CompileJob, CompilePlan, CompileResult, HostRamModel, SpecProblem
 from neuronc.backends.neuron.common import (
     NeuronBackend,
-    backend_targets,
     managed_problems,
     neuron_extra,
     user_neuron_config,
@@ -226,7 +225,6 @@ def write_split_checkpoint(checkpoint_dir: Path, out_dir: Path, dtype: str) -> d
 
 class TransformersNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "transformers-neuronx"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )
