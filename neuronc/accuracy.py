@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.errors import InvalidInputError, VerificationError
+from neuronc.jsonfile import JsonFields
 
 DEFAULT_PROMPTS = (
     "The quick brown fox",
@@ -51,7 +52,7 @@ class AccuracyError(VerificationError):
 
 
 @dataclass
-class Divergence:
+class Divergence(JsonFields):
     """The first step where the bundle and the reference disagree."""
 
     step: int
@@ -59,15 +60,6 @@ class Divergence:
     expected_token: int
     bundle_token: int
     max_abs_diff: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "reason": self.reason,
-            "expected_token": self.expected_token,
-            "bundle_token": self.bundle_token,
-            "max_abs_diff": self.max_abs_diff,
-        }
 
 
 @dataclass

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.errors import InvalidInputError
+from neuronc.fsutil import tree_bytes
 
 # libneuronxla's default persistent cache (aws-neuron/aws-neuron-sdk
 # about-neuron/arch/neuron-features/neuron-caching.rst).
@@ -163,20 +164,6 @@ def classify(entry: Path) -> tuple[EntryState, tuple[str, ...], bool]:
     return EntryState.EMPTY, locks, False
 
 
-def tree_size(path: Path) -> int:
-    """Bytes of the regular files under ``path`` (links not followed)."""
-    total = 0
-    for directory, _, files in os.walk(path):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(directory, name))
-            except OSError:
-                continue
-            if not os.path.islink(os.path.join(directory, name)):
-                total += st.st_size
-    return total
-
-
 def installed_compiler_version() -> str | None:
     """The installed neuronx-cc's version, from its distribution metadata (no import)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -195,10 +182,10 @@ def cache_status(root: Path, source: str = "--cache-dir", current: str | None = 
     if root.is_dir():
         for folder in sorted(p for p in root.iterdir() if p.name.startswith(COMPILER_PREFIX) and _is_dir(p)):
             usage = VersionUsage(folder.name, current=_is_current(folder.name, current))
-            usage.bytes = tree_size(folder)
+            usage.bytes = tree_bytes(folder)
             for module in sorted(p for p in folder.iterdir() if p.name.startswith(MODULE_PREFIX) and _is_dir(p)):
                 state, locks, stale = classify(module)
-                entry = Entry(module, folder.name, state, tree_size(module), locks, stale)
+                entry = Entry(module, folder.name, state, tree_bytes(module), locks, stale)
                 entries.append(entry)
                 usage.counts[str(state)] += 1
             versions.append(usage)

@@ -259,6 +259,26 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
     return f"{count} {word}"
 
 
+def tree_bytes(path: Path) -> int:
+    """Bytes used by the regular files under ``path`` (symlinks are not followed)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                s = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(s.st_mode):
+                total += s.st_size
+    return total
+
+
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
     """Bytes free for an unprivileged writer on the file system holding ``path`` (or its nearest parent)."""
     probe = Path(path).absolute()

@@ -4,16 +4,18 @@ Every JSON document neuronc reads from disk or the network (config.json, index.j
 headers, manifests, registry entries, mirror metadata) goes through ``parse_json`` or
 ``read_json``, so deep nesting, absurd integers, NaN or a FIFO named ``*.json`` end as an
 ``InvalidJsonError`` (exit 2) naming the file, never as RecursionError, OverflowError or a hang.
-The ``expect_*`` helpers then check fields one by one with the same kind of message.
+The ``expect_*`` helpers then check fields one by one with the same kind of message. The other way,
+``JsonFields`` is the one ``to_json`` of the records whose JSON form is their fields as they are.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from neuronc.errors import InvalidInputError
 
@@ -33,6 +35,16 @@ class InvalidJsonError(InvalidInputError):
     """A JSON document is malformed, too large, too deep, or has a field of the wrong type."""
 
     kind = "json_invalid"
+
+
+class JsonFields:
+    """A dataclass whose JSON form (``to_json``) is its fields in order, each as it is."""
+
+    __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # what @dataclass gives the subclass
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def _parse_int(text: str) -> int:
@@ -237,6 +249,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_DEPTH",
     "InvalidJsonError",
+    "JsonFields",
     "depth_of",
     "expect_object",
     "expect_type",

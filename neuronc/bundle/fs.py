@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from neuronc.fsutil import tree_bytes
+
 CHUNK = 1024 * 1024
 STAGING_PREFIX = ".neuronc-staging-"
 TRASH_PREFIX = ".neuronc-trash-"
@@ -123,26 +125,6 @@ def fsync_tree_dirs(root: Path) -> None:
     """fsync every directory under ``root`` (children first), then ``root``."""
     for dirpath, _dirnames, _files in os.walk(root, topdown=False):
         fsync_path(Path(dirpath), directory=True)
-
-
-def tree_bytes(path: Path) -> int:
-    """Bytes used by the regular files under ``path`` (symlinks are not followed)."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return 0
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_size if stat.S_ISREG(st.st_mode) else 0
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                s = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if stat.S_ISREG(s.st_mode):
-                total += s.st_size
-    return total
 
 
 def remove_tree(path: Path) -> None:

@@ -37,6 +37,7 @@ from neuronc.checkpoint.reader import Checkpoint, TensorInfo, open_checkpoint
 from neuronc.checkpoint.writer import ShardWriter, WrittenFile
 from neuronc.errors import MISSING_LIBRARY, CheckpointError, InvalidInputError, safe_text
 from neuronc.fsutil import plural
+from neuronc.jsonfile import JsonFields
 from neuronc.progress import NULL_PROGRESS, ProgressSink, ProgressTask
 from neuronc.resources import peak_rss_bytes
 
@@ -58,7 +59,7 @@ def shard_name(rank: int, tp: int) -> str:
 
 
 @dataclass(frozen=True)
-class ShardInfo:
+class ShardInfo(JsonFields):
     """One written rank shard; ``file`` is relative to the split directory."""
 
     rank: int
@@ -66,15 +67,6 @@ class ShardInfo:
     bytes: int
     sha256: str | None
     tensors: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "file": self.file,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-            "tensors": self.tensors,
-        }
 
 
 @dataclass(frozen=True)

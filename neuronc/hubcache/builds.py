@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from neuronc.hubcache.lookup import Filters, Match, ModelContext, Relation, model_context, relate, sort_key
 from neuronc.hubcache.paths import normalize_target, printable
 from neuronc.hubcache.registry import Query, Registry
+from neuronc.jsonfile import JsonFields
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class LookupStatus(StrEnum):
 
 
 @dataclass(frozen=True)
-class Wanted:
+class Wanted(JsonFields):
     """The optimum-neuron entry fields a build maps to (target normalised as optimum-neuron does)."""
 
     target: str | None
@@ -58,28 +59,14 @@ class Wanted:
             task=spec.model.task,
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "tp_degree": self.tp_degree,
-            "batch_size": self.batch_size,
-            "sequence_length": self.sequence_length,
-            "dtype": self.dtype,
-            "max_context_length": self.max_context_length,
-            "task": self.task,
-        }
-
 
 @dataclass(frozen=True)
-class FieldDiff:
+class FieldDiff(JsonFields):
     """One field where a cached entry differs from what a build wants."""
 
     field: str
     entry: Any
     wanted: Any
-
-    def to_json(self) -> dict[str, Any]:
-        return {"field": self.field, "entry": self.entry, "wanted": self.wanted}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from neuronc.hubcache.paths import (
     normalize_dtype,
     normalize_target,
 )
-from neuronc.jsonfile import InvalidJsonError, expect_object, expect_type, get_field, get_int, parse_json
+from neuronc.jsonfile import InvalidJsonError, JsonFields, expect_object, expect_type, get_field, get_int, parse_json
 
 RESERVED_KEYS = ("_entry_class", "_model_id", "_task")
 MULTI_MODEL_CLASS = "MultiModelCacheEntry"
@@ -103,14 +103,11 @@ class CacheEntry(EntryFields):
 
 
 @dataclass(frozen=True)
-class EntryProblem:
+class EntryProblem(JsonFields):
     """A registry file that could not be used, and why."""
 
     path: str
     reason: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"path": self.path, "reason": self.reason}
 
 
 def parse_entry(location: RegistryPath, data: bytes, aliases: Sequence[str] = ()) -> CacheEntry:

@@ -13,14 +13,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from neuronc.errors import CacheMissError, InvalidInputError
 from neuronc.fsutil import atomic_write_bytes, atomic_write_text
 from neuronc.hubcache.entries import MAX_ENTRY_BYTES
 from neuronc.hubcache.index import read_limited
 from neuronc.hubcache.paths import MIRROR_METADATA, parse_registry_path, printable, version_matches
-from neuronc.jsonfile import InvalidJsonError, expect_object, get_field, read_json
+from neuronc.jsonfile import InvalidJsonError, JsonFields, expect_object, get_field, read_json
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class MirrorMetadata:
 
 
 @dataclass(frozen=True)
-class MirrorResult:
+class MirrorResult(JsonFields):
     """What ``cache mirror`` did (its ``--json``)."""
 
     repo: str
@@ -54,19 +54,6 @@ class MirrorResult:
     files: int
     bytes: int
     directory: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "endpoint": self.endpoint,
-            "revision": self.revision,
-            "created_at": self.created_at,
-            "compiler_version": self.compiler_version,
-            "optimum_neuron_version": self.optimum_neuron_version,
-            "files": self.files,
-            "bytes": self.bytes,
-            "directory": self.directory,
-        }
 
 
 def read_mirror_metadata(path: Path) -> MirrorMetadata:

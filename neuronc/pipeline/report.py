@@ -24,6 +24,7 @@ from neuronc.errors import (
     EXIT_VERIFICATION_FAILED,
     NeuroncError,
 )
+from neuronc.jsonfile import JsonFields
 from neuronc.spec import BuildSpec
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class StageReport:
 
 
 @dataclass(frozen=True)
-class NearestBundle:
+class NearestBundle(JsonFields):
     """On a miss: the store's bundle of the same model and backend with the fewest differing hashed fields."""
 
     config_hash: str
@@ -92,15 +93,6 @@ class NearestBundle:
     differences: list[dict[str, Any]]
     # {package: {"a", "b"}} for the toolchain versions that differ.
     toolchain_differences: dict[str, dict[str, str | None]]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "config_hash": self.config_hash,
-            "toolchain_key": self.toolchain_key,
-            "bundle": self.bundle,
-            "differences": self.differences,
-            "toolchain_differences": self.toolchain_differences,
-        }
 
 
 @dataclass

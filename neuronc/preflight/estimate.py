@@ -32,7 +32,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, Unpack
 
 from neuronc.errors import PreflightError
 from neuronc.fsutil import format_bytes
@@ -283,21 +283,22 @@ def smallest_fitting_tp(spec: BuildSpec, model_config: Mapping[str, Any], backen
     return None
 
 
-def preflight(
-    spec: BuildSpec,
-    model_config: Mapping[str, Any] | None,
-    *,
-    backend: Backend,
-    graphs: int,
-    jobs: int | None = None,
-    host_ram: int | None = None,
-) -> Estimate:
-    """Estimate a build and raise PreflightError (exit 2) if it cannot fit the target's memory per core.
+class EstimateOptions(TypedDict):
+    """``estimate``'s keyword arguments, which ``preflight`` passes on (mypy checks the two agree)."""
+
+    backend: Backend
+    graphs: int
+    jobs: NotRequired[int | None]
+    host_ram: NotRequired[int | None]
+
+
+def preflight(spec: BuildSpec, model_config: Mapping[str, Any] | None, **options: Unpack[EstimateOptions]) -> Estimate:
+    """``estimate`` the build, and raise PreflightError (exit 2) if it cannot fit the target's memory per core.
 
     An unknown estimate (no config.json locally, or an unsupported family) passes: only a build
     known not to fit is refused.
     """
-    est = estimate(spec, model_config, backend=backend, graphs=graphs, jobs=jobs, host_ram=host_ram)
+    est = estimate(spec, model_config, **options)
     if est.fits is False:
         assert model_config is not None
         assert est.device_per_core_bytes is not None and est.hbm_per_core_bytes is not None
@@ -312,7 +313,7 @@ def preflight(
             f"KV cache: {gib(est.kv_cache_per_core_bytes)} per core (batch {spec.batch_size} × max_length "
             f"{spec.sequence.max_length} × {est._kv_shape()})",
         ]
-        better = smallest_fitting_tp(spec, model_config, backend)
+        better = smallest_fitting_tp(spec, model_config, options["backend"])
         hint = "lower batch_size or sequence.max_length"
         if better is not None:
             hint = f"raise tp_degree to {better} (the smallest supported degree that fits), or {hint}"

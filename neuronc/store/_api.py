@@ -12,17 +12,17 @@ import contextlib
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.errors import InvalidInputError
+from neuronc.store._lock import KeyLock
 
 if TYPE_CHECKING:
     from neuronc.bundle import BundleWriter, Manifest
     from neuronc.bundle.publish import Published
-    from neuronc.store._lock import KeyLock
     from neuronc.store._records import GcReport, Probe, Repair, StoreEntry, Verified
 
 HASH_PREFIX = 16
@@ -88,7 +88,7 @@ class BundleStore(ABC):
         others = tuple(sorted({e.toolchain_label for e in self.find(config_hash)}))
         return Probe(ProbeStatus.OTHER_TOOLCHAIN if others else ProbeStatus.MISS, self.location, None, others)
 
-    @abstractmethod
+    @contextlib.contextmanager
     def lock(
         self,
         config_hash: str,
@@ -96,11 +96,27 @@ class BundleStore(ABC):
         *,
         timeout: float | None = None,
         on_wait: Callable[[str], None] | None = None,
-    ) -> contextlib.AbstractContextManager[KeyLock]:
-        """Hold the per-key lock on this host: concurrent builders of one key compile once.
+    ) -> Iterator[KeyLock]:
+        """Hold the per-key lock on this host: concurrent builders of one key compile once, the others wait and reuse.
 
         ``on_wait(holder)`` is called once if another process holds it; TimeoutError after ``timeout``.
+        Once the lock is held, ``_after_lock`` runs under it (a remote store finishes an interrupted upload).
         """
+        path = self.lock_path(check_hex(config_hash, "config hash"), check_hex(toolchain_key, "toolchain key"))
+        key_lock = KeyLock(path)
+        key_lock.acquire(timeout=timeout, on_wait=on_wait)
+        try:
+            self._after_lock(config_hash, toolchain_key)
+            yield key_lock
+        finally:
+            key_lock.release()
+
+    @abstractmethod
+    def lock_path(self, config_hash: str, toolchain_key: str) -> Path:
+        """The file of a key's lock on this host (hexadecimal keys, lower case)."""
+
+    def _after_lock(self, config_hash: str, toolchain_key: str) -> None:  # noqa: B027 (a hook: no-op by default)
+        """What the store does first once it holds a key's lock (nothing, unless a store says otherwise)."""
 
     @abstractmethod
     def writer(self, config_hash: str, toolchain_key: str, *, expected_bytes: int | None = None) -> BundleWriter:

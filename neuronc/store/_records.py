@@ -9,6 +9,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from neuronc.jsonfile import JsonFields
+
 if TYPE_CHECKING:
     from neuronc.bundle import Manifest, VerifyReport
 
@@ -92,15 +94,12 @@ def age_seconds(created_at: str, now: float | None = None) -> float | None:
 
 
 @dataclass(frozen=True)
-class Removed:
+class Removed(JsonFields):
     """One thing ``gc`` or ``repair`` removed."""
 
     path: str
     bytes: int
     reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "bytes": self.bytes, "reason": self.reason}
 
 
 @dataclass

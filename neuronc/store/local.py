@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from neuronc.bundle import MANIFEST_NAME, BundleWriter, Manifest, NewerSchemaError, read_manifest
-from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, tree_bytes, try_claim
+from neuronc.bundle.fs import LOCK_SUFFIX, TRASH_PREFIX, remove_tree, sweep_work_dir, try_claim
 from neuronc.errors import DISK_FULL, BundleFormatError, EnvironmentIncompatibleError, InvalidInputError, foreign_row
+from neuronc.fsutil import tree_bytes
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
-from neuronc.store._lock import KeyLock
 from neuronc.store._records import (
     GcReport,
     LocalEntry,
@@ -124,26 +124,8 @@ class LocalStore(BundleStore):
         found = self.lookup(config_hash, toolchain_key)
         return None if found is None else str(found)
 
-    @contextlib.contextmanager
-    def lock(
-        self,
-        config_hash: str,
-        toolchain_key: str,
-        *,
-        timeout: float | None = None,
-        on_wait: Callable[[str], None] | None = None,
-    ) -> Iterator[KeyLock]:
-        """Hold the per-key lock: concurrent builders of one key compile once, the others wait and reuse.
-
-        ``on_wait(holder)`` is called once if another process holds the lock.
-        """
-        name = key_name(check_hex(config_hash, "config hash"), check_hex(toolchain_key, "toolchain key"))
-        key_lock = KeyLock(self.locks_dir / f"{name}{LOCK_SUFFIX}")
-        key_lock.acquire(timeout=timeout, on_wait=on_wait)
-        try:
-            yield key_lock
-        finally:
-            key_lock.release()
+    def lock_path(self, config_hash: str, toolchain_key: str) -> Path:
+        return self.locks_dir / f"{key_name(config_hash, toolchain_key)}{LOCK_SUFFIX}"
 
     def writer(
         self,

@@ -37,7 +37,7 @@ import hashlib
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,6 @@ from neuronc.bundle.publish import Published, PublishStatus
 from neuronc.bundle.signature import read_signature, write_signature
 from neuronc.errors import BundleFormatError, NeuroncError, RemoteStoreError, VerificationError
 from neuronc.store._api import HASH_PREFIX, BundleStore, check_hex, key_name, marker_rel
-from neuronc.store._lock import KeyLock
 from neuronc.store._records import GcReport, Removed, Repair, StoreEntry, Verified
 from neuronc.store.local import LocalStore
 from neuronc.store.remote_io import FsOp, RemoteIO, RemoteSettings
@@ -229,23 +228,17 @@ class RemoteStore(BundleStore):
         return path
 
     # -- writing ------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def lock(
-        self,
-        config_hash: str,
-        toolchain_key: str,
-        *,
-        timeout: float | None = None,
-        on_wait: Callable[[str], None] | None = None,
-    ) -> Iterator[KeyLock]:
-        """The per-key lock of this host's cache; then an interrupted upload of this key is finished.
+    def lock_path(self, config_hash: str, toolchain_key: str) -> Path:
+        """The lock of this host's cache."""
+        return self.cache.lock_path(config_hash, toolchain_key)
+
+    def _after_lock(self, config_hash: str, toolchain_key: str) -> None:
+        """Under the key lock, an interrupted upload of this key is finished.
 
         Across hosts the publish protocol keeps bundles whole without a lock: two hosts may both
         compile a key, and the second to publish uses the first one's bundle.
         """
-        with self.cache.lock(config_hash, toolchain_key, timeout=timeout, on_wait=on_wait) as held:
-            self._resume_pending(config_hash, toolchain_key)
-            yield held
+        self._resume_pending(config_hash, toolchain_key)
 
     def writer(self, config_hash: str, toolchain_key: str, *, expected_bytes: int | None = None) -> BundleWriter:
         """A BundleWriter that builds into the local cache; ``finish`` then uploads to the remote store."""

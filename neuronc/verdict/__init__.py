@@ -31,6 +31,7 @@ from typing import Any
 
 from neuronc.backends.support import public
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
+from neuronc.jsonfile import JsonFields
 from neuronc.verdict.side import ServingSide
 
 BACKENDS = ("vllm-neuron", "nxdi", "optimum-neuron")
@@ -42,7 +43,7 @@ NOT_RECORDED = "not recorded"
 
 
 @dataclass(frozen=True)
-class Part:
+class Part(JsonFields):
     field: str
     bundle: str
     image: str
@@ -51,9 +52,6 @@ class Part:
     @property
     def differs(self) -> bool:
         return self.checked and self.bundle != self.image
-
-    def to_json(self) -> dict[str, Any]:
-        return {"field": self.field, "bundle": self.bundle, "image": self.image, "checked": self.checked}
 
 
 @dataclass(frozen=True)

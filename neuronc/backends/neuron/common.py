@@ -8,7 +8,7 @@ starts with the build's environment (``compile_env``).
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from neuronc.backends.base import (
@@ -45,6 +45,7 @@ __all__ = [
     "NeuronBackend",
     "backend_targets",
     "managed_problems",
+    "neuron_extra",
     "recorded_env",
     "user_neuron_config",
     "user_section",
@@ -68,6 +69,18 @@ def recorded_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """What the compile ran with, as the child process sees it (for the manifest)."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k in RECORDED_ENV if k in env}
+
+
+def neuron_extra(
+    load_snippet: Callable[[str], str], section: str, info: dict[str, Any], *, timing: str | None = None
+) -> dict[str, Any]:
+    """A Neuron build's ``extra`` in its manifest: the snippet that loads it (written for the bundle's
+    placeholder directory), the backend's own record under ``section``, the environment the compile
+    ran with and, where one SDK call built every graph, how its time was split (``timing``)."""
+    extra = {"load_snippet": load_snippet(BUNDLE_PLACEHOLDER), section: info, "neuron_env": recorded_env()}
+    if timing is not None:
+        extra["timing"] = timing
+    return extra
 
 
 def user_section(spec: BuildSpec, section: str) -> dict[str, Any]:
@@ -95,13 +108,17 @@ class NeuronBackend(BackendBase):
     """A backend whose compile calls the Neuron SDK in an isolated child process.
 
     Which targets it compiles for in which Neuron SDK release is the support matrix's
-    (neuronc.backends.support): a subclass sets ``targets = backend_targets(name)``.
+    (neuronc.backends.support): each subclass's ``targets`` are set from its ``name`` when it is defined.
     """
 
     # Neuron backends shard (or not) in their own format; neuronc's rank shards in weights/ are not
     # read by any of them, so the pipeline need not write them.
     consumes_rank_shards: ClassVar[bool] = False
     targets: ClassVar[frozenset[str]] = frozenset({"inf2", "trn1", "trn2"})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.targets = backend_targets(cls.name)  # every target any release supports the backend on
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         """What the Neuron runtime supports on the target at the build's LNC (neuronc.hardware)."""

@@ -39,12 +39,10 @@ from neuronc.backends.base import (
     check_import_reference,
 )
 from neuronc.backends.neuron.common import (
-    BUNDLE_PLACEHOLDER,
     NXD_PACKAGES,
     NeuronBackend,
-    backend_targets,
     managed_problems,
-    recorded_env,
+    neuron_extra,
     user_neuron_config,
 )
 from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX, build_env, logical_nc_config
@@ -194,7 +192,6 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
 
 class NxdiBackend(NeuronBackend):
     name: ClassVar[str] = "nxdi"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     # NxD traces the whole model on the host before neuronx-cc runs: Llama-3.1-8B (16 GB bf16) is killed
     # during HLO generation on a 32 GB host, so 2× weights + base.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
@@ -303,18 +300,19 @@ class NxdiBackend(NeuronBackend):
             bundled = copy_checkpoint(job.checkpoint_dir, out, with_config=False)
         _point_name_or_path_away(out / "neuron_config.json", spec)
         artifact = bundle_rel(job, out / "model.pt")
-        extra = {
-            "load_snippet": nxdi_load_snippet(BUNDLE_PLACEHOLDER, module_name, class_name, spec.weights),
-            "nxdi": {
-                "model_class": f"{module_name}:{class_name}",
-                "neuron_config": kwargs,
-                "serving": options.serving,
-                "weights": spec.weights,
-                "checkpoint_files_in_artifacts": bundled,
-            },
-            "neuron_env": recorded_env(),
-            "timing": "one NxDI compile() call builds every graph; per-graph seconds are its total split evenly",
+        info = {
+            "model_class": f"{module_name}:{class_name}",
+            "neuron_config": kwargs,
+            "serving": options.serving,
+            "weights": spec.weights,
+            "checkpoint_files_in_artifacts": bundled,
         }
+        extra = neuron_extra(
+            lambda bundle: nxdi_load_snippet(bundle, module_name, class_name, spec.weights),
+            "nxdi",
+            info,
+            timing="one NxDI compile() call builds every graph; per-graph seconds are its total split evenly",
+        )
         return CompileResult(graphs=even_split(job.plan.graphs, artifact, seconds), extra=extra)
 
     def load_snippet(self, bundle_dir: str) -> str | None:

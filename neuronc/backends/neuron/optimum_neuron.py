@@ -30,12 +30,10 @@ from neuronc.backends.base import (
     SpecProblem,
 )
 from neuronc.backends.neuron.common import (
-    BUNDLE_PLACEHOLDER,
     NXD_PACKAGES,
     NeuronBackend,
-    backend_targets,
     managed_problems,
-    recorded_env,
+    neuron_extra,
     user_neuron_config,
 )
 from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX, platform_target
@@ -170,7 +168,6 @@ def reproduce_snippet(spec: BuildSpec, output: str) -> str:
 
 class OptimumNeuronBackend(NeuronBackend):
     name: ClassVar[str] = "optimum-neuron"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(4 * GIB, 2.0, 2 * GIB, False, "NxD tracing, as nxdi")
     # optimum-neuron's NxD backend compiles with the model class's own get_compiler_args() and reads no
     # NEURON_CC_FLAGS (huggingface/optimum-neuron v0.4.5
@@ -281,21 +278,22 @@ class OptimumNeuronBackend(NeuronBackend):
                 bundled = copy_checkpoint(job.checkpoint_dir, out, with_config=False)
         bundled += copy_tokenizer_files(job.checkpoint_dir, out)
         command, cannot = export_command(spec, "<bundle>/artifacts", config_dtype.removeprefix("torch."))
-        extra = {
-            "load_snippet": optimum_load_snippet(BUNDLE_PLACEHOLDER),
-            "optimum_neuron": {
-                "get_neuron_config": arguments,
-                "neuron_config": managed,
-                "export_command": command,
-                "export_command_cannot_express": cannot,
-                "reproduce": reproduce_snippet(spec, "<bundle>/artifacts"),
-                "weights": spec.weights,
-                "files_from_checkpoint": bundled,
-                "compile_cache": {"cache_dir": cache_dir, "modules": compiled},
-            },
-            "neuron_env": recorded_env(),
-            "timing": "one export() call builds both graphs; per-graph seconds are its total split evenly",
+        info = {
+            "get_neuron_config": arguments,
+            "neuron_config": managed,
+            "export_command": command,
+            "export_command_cannot_express": cannot,
+            "reproduce": reproduce_snippet(spec, "<bundle>/artifacts"),
+            "weights": spec.weights,
+            "files_from_checkpoint": bundled,
+            "compile_cache": {"cache_dir": cache_dir, "modules": compiled},
         }
+        extra = neuron_extra(
+            optimum_load_snippet,
+            "optimum_neuron",
+            info,
+            timing="one export() call builds both graphs; per-graph seconds are its total split evenly",
+        )
         artifact = bundle_rel(job, out / "model.pt")
         return CompileResult(graphs=even_split(job.plan.graphs, artifact, seconds), extra=extra)
 

@@ -38,7 +38,7 @@ from neuronc.backends.base import (
     HostRamModel,
     check_import_reference,
 )
-from neuronc.backends.neuron.common import BUNDLE_PLACEHOLDER, NeuronBackend, backend_targets, recorded_env
+from neuronc.backends.neuron.common import NeuronBackend, neuron_extra
 from neuronc.backends.neuron.env import (
     NEURON_EXTRA_INDEX,
     cross_compiling,
@@ -127,7 +127,6 @@ def trace_calls(
 
 class TorchNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "torch-neuronx"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     # torch_neuronx.trace runs the eager model on the host, usually in fp32.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         2 * GIB, 2.0, 1 * GIB, False, "trace runs the eager model on the host"
@@ -196,16 +195,13 @@ class TorchNeuronxBackend(NeuronBackend):
             json.dumps({"task": spec.model.task, "inputs": input_names(spec), "graphs": index}, indent=2) + "\n",
             encoding="utf-8",
         )
-        extra = {
-            "load_snippet": torch_neuronx_load_snippet(BUNDLE_PLACEHOLDER),
-            "torch_neuronx": {
-                "trace": calls,
-                "inputs": input_names(spec),
-                "model_factory": spec.options.get("model_factory"),
-                "cpu_backend": cpu_host,
-            },
-            "neuron_env": recorded_env(),
+        info = {
+            "trace": calls,
+            "inputs": input_names(spec),
+            "model_factory": spec.options.get("model_factory"),
+            "cpu_backend": cpu_host,
         }
+        extra = neuron_extra(torch_neuronx_load_snippet, "torch_neuronx", info)
         return CompileResult(graphs=compiled, extra=extra)
 
     def load_snippet(self, bundle_dir: str) -> str | None:

@@ -35,11 +35,9 @@ from pydantic import BaseModel, Field, create_model
 
 from neuronc.backends.base import GIB, CompileJob, CompilePlan, CompileResult, HostRamModel, SpecProblem
 from neuronc.backends.neuron.common import (
-    BUNDLE_PLACEHOLDER,
     NeuronBackend,
-    backend_targets,
     managed_problems,
-    recorded_env,
+    neuron_extra,
     user_neuron_config,
 )
 from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX, build_env, host_platform
@@ -227,7 +225,6 @@ def write_split_checkpoint(checkpoint_dir: Path, out_dir: Path, dtype: str) -> d
 
 class TransformersNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "transformers-neuronx"
-    targets: ClassVar[frozenset[str]] = backend_targets(name)
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )
@@ -321,17 +318,18 @@ class TransformersNeuronxBackend(NeuronBackend):
         recorded = {k: v for k, v in kwargs.items() if k != "neuron_config"}
         if neuron_config_args:
             recorded["neuron_config"] = neuron_config_args
-        extra = {
-            "load_snippet": tnx_load_snippet(BUNDLE_PLACEHOLDER, class_name, recorded, spec.weights),
-            "transformers_neuronx": {
-                "model_class": f"transformers_neuronx.{class_name}",
-                "from_pretrained": recorded,
-                "weights": spec.weights,
-                "neffs": neffs,
-            },
-            "neuron_env": recorded_env(),
-            "timing": "one compile builds every kernel; per-graph seconds are its total split evenly",
+        info = {
+            "model_class": f"transformers_neuronx.{class_name}",
+            "from_pretrained": recorded,
+            "weights": spec.weights,
+            "neffs": neffs,
         }
+        extra = neuron_extra(
+            lambda bundle: tnx_load_snippet(bundle, class_name, recorded, spec.weights),
+            "transformers_neuronx",
+            info,
+            timing="one compile builds every kernel; per-graph seconds are its total split evenly",
+        )
         return CompileResult(graphs=even_split(job.plan.graphs, bundle_rel(job, neff_dir), seconds), extra=extra)
 
     def load_snippet(self, bundle_dir: str) -> str | None:

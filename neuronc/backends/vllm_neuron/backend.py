@@ -34,7 +34,6 @@ from neuronc.backends.support import (
     Release,
     Resolution,
     Serves,
-    backend_targets,
     detect_releases,
     resolve,
     supporting,
@@ -78,7 +77,6 @@ def compiles_on_host(wanted: str, release: Release, host: Availability) -> bool:
 
 class VllmNeuronBackend(NeuronBackend):
     name: ClassVar[str] = NAME
-    targets: ClassVar[frozenset[str]] = backend_targets(NAME)
     description: ClassVar[str] = (
         "vLLM's vllm-neuron plugin, torch.compile path (Trn2/Trn3, SDK 2.31+): its compile cache, built in CPU "
         "compile mode in the release's DLC image or on a host with the SDK"

@@ -14,7 +14,6 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from neuronc.backends.vllm_neuron.facts import (
     ACCESSED_FILE,
@@ -28,21 +27,19 @@ from neuronc.backends.vllm_neuron.facts import (
     NEFF_FILE,
 )
 from neuronc.errors import CompileError
+from neuronc.jsonfile import JsonFields
 
 # Staging names the plugin's remote fetch and retries leave behind (``<key>.tmp.<pid>``, ``.trash.<pid>``).
 _STAGING_MARKERS = (".tmp.", ".trash.")
 
 
 @dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(JsonFields):
     """One compiled graph in the cache: its key and its NEFF (relative to the cache root)."""
 
     key: str
     neff: str
     neff_bytes: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "neff": self.neff, "neff_bytes": self.neff_bytes}
 
 
 def entry_problem(entry: Path) -> str | None:
