@@ -187,18 +187,15 @@ def test_extra_verify_checks_plug_in_and_are_skipped_after_integrity_failure(bun
 
     calls: list[Path] = []
 
-    def accuracy(path: Path, manifest: object) -> dict[str, object]:
+    def accuracy(path: Path, manifest: object) -> tuple[dict[str, object], None]:
         calls.append(path)
-        return {"ok": True}
+        return {"ok": True}, None  # the check's report, and no failure
 
     manifest = read_manifest(bundle)
     data: dict[str, object] = {}
-    assert (
-        _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, extra={"accuracy": accuracy})
-        is None
-    )
+    assert _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, accuracy=accuracy) is None
     assert data["accuracy"] == {"ok": True} and calls == [bundle]
     (bundle / "logs" / "compile.log").write_text("changed")
-    failure = _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, extra={"accuracy": accuracy})
+    failure = _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, accuracy=accuracy)
     assert isinstance(failure, VerificationError)
     assert data["accuracy"] == {"skipped": "an earlier check failed"} and calls == [bundle]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from neuronc.backends.support import public
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
@@ -41,6 +41,31 @@ UNKNOWN = "unknown"
 NOT_RECORDED = "not recorded"
 
 
+class PartJSON(TypedDict):
+    field: str
+    bundle: str
+    image: str
+    checked: bool
+
+
+class DifferenceJSON(TypedDict):
+    field: str
+    bundle: str
+    image: str
+
+
+class VerdictJSON(TypedDict):
+    """``Verdict.to_json()``: what ``--against-image`` and ``deploy``'s ``verdict`` report."""
+
+    image: str
+    source: str
+    backend: str
+    starts_without_compiling: bool
+    differences: list[DifferenceJSON]
+    unchecked: list[str]
+    parts: list[PartJSON]
+
+
 @dataclass(frozen=True)
 class Part:
     field: str
@@ -52,7 +77,7 @@ class Part:
     def differs(self) -> bool:
         return self.checked and self.bundle != self.image
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PartJSON:
         return {"field": self.field, "bundle": self.bundle, "image": self.image, "checked": self.checked}
 
 
@@ -73,7 +98,7 @@ class Verdict:
     def lines(self) -> list[str]:
         return [f"{p.field}: bundle {p.bundle}, image {p.image}" for p in self.differences]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerdictJSON:
         return {
             "image": self.side.name,
             "source": self.side.source,
@@ -251,9 +276,12 @@ def has_verdict(backend: str) -> bool:
 
 __all__ = [
     "BACKENDS",
+    "DifferenceJSON",
     "Part",
+    "PartJSON",
     "ServingSide",
     "Verdict",
+    "VerdictJSON",
     "bundle_verdict",
     "has_verdict",
     "host_verdict",
