@@ -6,13 +6,14 @@ a bundle is untrusted data (tests/test_inspect_hostile.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NotRequired, TypedDict, TypeVar, final
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
+from neuronc.cli._inspect_report import Checks, EnvironmentJSON, Skipped, VerifyCheck, VerifyDocument
 from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.cli._report import finish_report as _finish
 from neuronc.cli._report import markup_safe as _s
@@ -30,7 +31,7 @@ from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, Neur
 
 if TYPE_CHECKING:
     from neuronc.accuracy import AccuracyJSON
-    from neuronc.bundle import Manifest, PackageDifferenceJSON, VerifyJSON
+    from neuronc.bundle import Manifest
     from neuronc.bundle.signing import SignatureJSON
     from neuronc.bundle.summary import BundleSummary
     from neuronc.verdict import VerdictJSON
@@ -59,49 +60,7 @@ AgainstImageOpt = Annotated[
     ),
 ]
 
-# Extra checks `verify` can run after integrity: the signature, the verdict against an image, accuracy
-# against the reference model. A check takes (bundle_dir, manifest) and returns its report, stored
-# under its name, with the failure it found (None if it passed); it raises a NeuroncError to fail with
-# no report. To add one to `verify`, declare its option on verify_command, its report in Checks, and
-# pass it to _run_checks.
-R = TypeVar("R")
-VerifyCheck = Callable[[Path, "Manifest"], tuple[R, NeuroncError | None]]
-
-
-@final  # final: `"skipped" in report` tells it from a check's report (mypy narrows on it)
-class Skipped(TypedDict):
-    """A check not run: why."""
-
-    skipped: str
-
-
-class EnvironmentJSON(TypedDict):
-    """``environment``: the bundle's toolchain against this environment's (ToolchainJSON, and more)."""
-
-    verdict: str
-    bundle_toolchain_key: str
-    installed_toolchain_key: str | None
-    differences: list[PackageDifferenceJSON]
-    neuron_sdk: NotRequired[dict[str, str | None]]
-    hint: NotRequired[str]
-
-
-class Checks(TypedDict, total=False):
-    """What the checks add to the report of `inspect` and `verify`, each only when it ran."""
-
-    verify: VerifyJSON
-    environment: EnvironmentJSON
-    verdict: VerdictJSON | Skipped
-    signature: SignatureJSON | Skipped
-    accuracy: AccuracyJSON | Skipped
-
-
-class VerifyDocument(Checks):
-    """`neuronc verify --json`: the bundle, whether every check passed, each check's report."""
-
-    bundle: str
-    config_hash: str
-    ok: NotRequired[bool]  # always there; a remote bundle's report says it last
+Report = TypeVar("Report")  # an extra check's report (a TypedDict of the library's)
 
 
 @command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
@@ -303,33 +262,31 @@ def _run_checks(
             data["verdict"] = host.to_json()
             if not host.starts_without_compiling:
                 failures.append(host.error(str(bundle)))
+
+    def extra(check: VerifyCheck[Report] | None) -> Report | Skipped | None:
+        """An extra check's report (None when not asked for, or when it failed with none); its
+        failure added to ``failures``."""
+        if check is None:
+            return None
+        if failures:  # running a model from a damaged or incompatible bundle proves nothing
+            return {"skipped": "an earlier check failed"}
+        try:
+            report, failure = check(bundle, manifest)
+        except NeuroncError as exc:
+            failures.append(exc)
+            return None
+        if failure is not None:
+            failures.append(failure)
+        return report
+
     # The extra checks, in this order, each reported under its name.
-    if (signed := _extra_check(signature, bundle, manifest, failures)) is not None:
+    if (signed := extra(signature)) is not None:
         data["signature"] = signed
-    if (verdict_report := _extra_check(verdict, bundle, manifest, failures)) is not None:
+    if (verdict_report := extra(verdict)) is not None:
         data["verdict"] = verdict_report
-    if (accurate := _extra_check(accuracy, bundle, manifest, failures)) is not None:
+    if (accurate := extra(accuracy)) is not None:
         data["accuracy"] = accurate
     return failures[0] if failures else None
-
-
-def _extra_check(
-    check: VerifyCheck[R] | None, bundle: Path, manifest: Manifest, failures: list[NeuroncError]
-) -> R | Skipped | None:
-    """An extra check's report (None when not asked for, or when it failed with none); its failure
-    added to ``failures``."""
-    if check is None:
-        return None
-    if failures:  # running a model from a damaged or incompatible bundle proves nothing
-        return {"skipped": "an earlier check failed"}
-    try:
-        report, failure = check(bundle, manifest)
-    except NeuroncError as exc:
-        failures.append(exc)
-        return None
-    if failure is not None:
-        failures.append(failure)
-    return report
 
 
 def _environment_failure(bundle: str, manifest: Manifest, data: Checks) -> NeuroncError | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -12,6 +12,7 @@ from neuronc.cli._options import JsonOpt, StoreOpt
 from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 if TYPE_CHECKING:
+    from neuronc.cli._report import JSONObject
     from neuronc.store import BundleStore
 
 store_app = cli.Group(
@@ -99,7 +100,7 @@ def rm_command(key: KeyArg, all_matches: AllOpt = False, store: StoreOpt = None,
     """Remove bundles from the store."""
     out.configure(json_mode=json_out)
     removed = _open(store).remove(key, all_matches=all_matches)
-    data: dict[str, Any] = {"removed": [e.to_json() for e in removed], "bytes_freed": sum(e.size for e in removed)}
+    data: JSONObject = {"removed": [e.to_json() for e in removed], "bytes_freed": sum(e.size for e in removed)}
 
     def render() -> None:
         for e in removed:
@@ -155,7 +156,7 @@ def verify_command(
     s = _open(store)
     if repair:
         repairs = s.repair(key, source=source)
-        data: dict[str, Any] = {"store": s.location, "bundles": [r.to_json() for r in repairs]}
+        data: JSONObject = {"store": s.location, "bundles": [r.to_json() for r in repairs]}
 
         def render_repairs() -> None:
             for r in repairs:
@@ -167,7 +168,7 @@ def verify_command(
         return
     checked = s.verify(key)
     bad = [c for c in checked if not c.ok]
-    data = {
+    verified = {
         "store": s.location,
         "ok": not bad,
         "bundles": [{**c.entry.to_json(), **c.report.to_json()} for c in checked],
@@ -185,7 +186,7 @@ def verify_command(
             f"{s.location}: {len(bad)} bundle(s) failed verification",
             hint=f"`neuronc store verify {key} --store {s.location} --repair` mends or drops them",
         )
-    finish_report(data, render, error)
+    finish_report(verified, render, error)
 
 
 @command(store_app, name="publish", epilog="Example: neuronc store publish ./bundle --store s3://bucket/bundles")
