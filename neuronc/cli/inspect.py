@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from neuronc.accuracy import AccuracyJSON
     from neuronc.bundle import Manifest
     from neuronc.bundle.signing import SignatureJSON
+    from neuronc.bundle.signing_material import TrustRoot
     from neuronc.bundle.summary import BundleSummary
     from neuronc.verdict import VerdictJSON
 
@@ -134,17 +135,11 @@ def verify_command(
     out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
-    signature_check: VerifyCheck[SignatureJSON] | None = None
-    verdict_check: VerifyCheck[VerdictJSON] | None = None
     trust = trust_for(
         flag=signature, key=key, certificates=certificate, identity=identity, issuer=issuer, staging=staging
     )
-    if trust is not None:
-        from neuronc.bundle.signing import verify_signature
-
-        signature_check = lambda bundle, _manifest: (verify_signature(bundle, trust).to_json(), None)  # noqa: E731
-    if against_image is not None:
-        verdict_check = lambda bundle, _manifest: _image_verdict(bundle, against_image)  # noqa: E731
+    signature_check = None if trust is None else _signature_check(trust)
+    verdict_check = None if against_image is None else _verdict_check(against_image)
     shown = bundle_arg
     if is_remote(bundle_arg):
         if trust is None and against_image is None:
@@ -169,6 +164,17 @@ def verify_command(
     )
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
+
+
+def _signature_check(trust: TrustRoot) -> VerifyCheck[SignatureJSON]:
+    """The bundle signed by whom ``trust`` names (verify_signature raises a NeuroncError if not)."""
+    from neuronc.bundle.signing import verify_signature
+
+    return lambda bundle, _manifest: (verify_signature(bundle, trust).to_json(), None)
+
+
+def _verdict_check(reference: str) -> VerifyCheck[VerdictJSON]:
+    return lambda bundle, _manifest: _image_verdict(bundle, reference)
 
 
 def _image_verdict(bundle: Path, reference: str) -> tuple[VerdictJSON, NeuroncError | None]:
