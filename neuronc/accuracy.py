@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from neuronc.errors import InvalidInputError, VerificationError
 from neuronc.jsonfile import JsonFields
@@ -36,12 +36,45 @@ DEFAULT_TOL = {"float32": 1e-3, "bfloat16": 1e-1, "float16": 5e-2}
 DEFAULT_MAX_NEW_TOKENS = 16
 
 
+class DivergenceJSON(TypedDict):
+    step: int
+    reason: str
+    expected_token: int
+    bundle_token: int
+    max_abs_diff: float
+
+
+class PromptAccuracyJSON(TypedDict):
+    prompt: str
+    prompt_tokens: int
+    context_bucket: int
+    passed: bool
+    tokens_match: bool
+    expected_tokens: list[int]
+    bundle_tokens: list[int]
+    max_abs_diff: float
+    step_max_abs_diff: list[float]
+    first_divergence: DivergenceJSON | None
+
+
+class AccuracyJSON(TypedDict):
+    """``AccuracyReport.to_json()``: ``accuracy`` in the report of ``neuronc verify --accuracy``."""
+
+    passed: bool
+    dtype: str
+    tol: float
+    max_new_tokens: int
+    max_abs_diff: float
+    prompts: list[PromptAccuracyJSON]
+    seconds: float
+
+
 class AccuracyError(VerificationError):
     """The bundle diverges from the reference model; ``report`` is the full AccuracyReport JSON."""
 
     kind = "accuracy_failed"
 
-    def __init__(self, message: str, *, report: dict[str, Any], details: Sequence[str] = (), hint: str | None = None):
+    def __init__(self, message: str, *, report: AccuracyJSON, details: Sequence[str] = (), hint: str | None = None):
         super().__init__(message, details=details, hint=hint)
         self.report = report
 
@@ -60,6 +93,9 @@ class Divergence(JsonFields):
     expected_token: int
     bundle_token: int
     max_abs_diff: float
+
+    def to_json(self) -> DivergenceJSON:  # type: ignore[override]  # the same fields, typed
+        return cast("DivergenceJSON", super().to_json())
 
 
 @dataclass
@@ -84,7 +120,7 @@ class PromptAccuracy:
     def passed(self) -> bool:
         return self.tokens_match and self.first_divergence is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PromptAccuracyJSON:
         return {
             "prompt": self.prompt,
             "prompt_tokens": self.prompt_tokens,
@@ -116,7 +152,7 @@ class AccuracyReport:
     def max_abs_diff(self) -> float:
         return max((p.max_abs_diff for p in self.prompts), default=0.0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AccuracyJSON:
         return {
             "passed": self.passed,
             "dtype": self.dtype,
@@ -261,11 +297,11 @@ def accuracy_check(
     prompts_file: str | os.PathLike[str] | None = None,
     tol: float | None = None,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-) -> Callable[[Path, Any], dict[str, Any]]:
+) -> Callable[[Path, Any], AccuracyJSON]:
     """A ``neuronc verify`` extra check: ``(bundle_dir, manifest) -> JSON``; raises VerificationError."""
     prompts = read_prompts(prompts_file) if prompts_file is not None else None
 
-    def check(bundle_dir: Path, manifest: Any) -> dict[str, Any]:
+    def check(bundle_dir: Path, manifest: Any) -> AccuracyJSON:
         report = verify_accuracy(bundle_dir, prompts, tol, max_new_tokens=max_new_tokens)
         report.raise_for_failure()
         return report.to_json()

@@ -519,3 +519,43 @@ def test_the_command_line_ends_a_failure_in_one_handler() -> None:
         ("cli/_app.py", "run_app"),
         ("cli/compile.py", "compile_command"),
     } <= through_it
+
+
+# Modules whose ``Any`` is Click's: a command is any ``Callable[..., Any]``, parameter types and
+# callbacks convert ``Any``, and keyword arguments are passed on to Click (click/core.py,
+# click/types.py); each module says so where it uses it. Nowhere else in the CLI: its reports are
+# typed in the library, and a document it builds itself is a TypedDict (JSONValue, cli/_report.py,
+# for what it passes on unread).
+CLICK_TYPED = {"cli/_cli.py": 20, "cli/_app.py": 6}
+
+
+def any_uses(path: Path) -> int:
+    """``Any`` in a module's code (its imports and annotations), not in its words."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    named = sum(
+        1
+        for node in ast.walk(tree)
+        if (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
+    )
+    imported = sum(
+        1 for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names if a.name == "Any"
+    )
+    return named + imported
+
+
+def test_the_cli_passes_typed_reports_not_any() -> None:
+    """The architecture review found 83 ``Any`` in the CLI where the reports are typed: the CLI passes
+    the typed reports (and their TypedDicts) instead, and only Click's modules use ``Any``."""
+    found = {
+        rel: n
+        for path in sorted((PACKAGE / "cli").rglob("*.py"))
+        if (n := any_uses(path)) and (rel := path.relative_to(PACKAGE).as_posix()) not in CLICK_TYPED
+    }
+    assert found == {}, (
+        f"Any in neuronc/cli outside Click's modules: {found}. The reports the CLI prints are typed: pass "
+        "the report objects, or give a document the CLI builds a TypedDict (JSONValue for what it passes "
+        "on unread, Mapping[str, object] for what it only prints) instead of Any"
+    )
+    for rel, most in CLICK_TYPED.items():
+        n = any_uses(PACKAGE / rel)
+        assert n <= most, f"{rel}: {n} uses of Any, at most {most}: only Click's callback and parameter types need it"

@@ -187,18 +187,42 @@ def test_extra_verify_checks_plug_in_and_are_skipped_after_integrity_failure(bun
 
     calls: list[Path] = []
 
-    def accuracy(path: Path, manifest: object) -> dict[str, object]:
+    def accuracy(path: Path, manifest: object) -> tuple[dict[str, object], None]:
         calls.append(path)
-        return {"ok": True}
+        return {"ok": True}, None  # the check's report, and no failure
 
     manifest = read_manifest(bundle)
     data: dict[str, object] = {}
-    assert (
-        _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, extra={"accuracy": accuracy})
-        is None
-    )
+    assert _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, accuracy=accuracy) is None
     assert data["accuracy"] == {"ok": True} and calls == [bundle]
     (bundle / "logs" / "compile.log").write_text("changed")
-    failure = _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, extra={"accuracy": accuracy})
+    failure = _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, accuracy=accuracy)
     assert isinstance(failure, VerificationError)
     assert data["accuracy"] == {"skipped": "an earlier check failed"} and calls == [bundle]
+
+
+def test_a_failed_verify_check_keeps_its_report_and_a_raised_one_reports_nothing(bundle: Path) -> None:
+    """A check returns its report with the failure it found (the report stays in the document, the
+    failure ends the run), or raises a NeuroncError when it has no report to give."""
+    from neuronc.bundle import read_manifest
+    from neuronc.cli.inspect import _run_checks
+    from neuronc.errors import EnvironmentIncompatibleError, VerificationError
+
+    diverged = VerificationError("diverged")
+    manifest = read_manifest(bundle)
+    data: dict[str, object] = {}
+
+    def accuracy(path: Path, manifest: object) -> tuple[dict[str, object], VerificationError]:
+        return {"passed": False}, diverged
+
+    assert _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, accuracy=accuracy) is diverged
+    assert data["accuracy"] == {"passed": False} and data["verify"]["ok"] is True
+
+    unreadable = EnvironmentIncompatibleError("no image")
+
+    def verdict(path: Path, manifest: object) -> tuple[dict[str, object], None]:
+        raise unreadable
+
+    data = {}
+    assert _run_checks(bundle, manifest, data, verify=True, against_env=False, jobs=1, verdict=verdict) is unreadable
+    assert "verdict" not in data

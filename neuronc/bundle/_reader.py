@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from neuronc.bundle._manifest import (
     MANIFEST_NAME,
@@ -103,6 +103,25 @@ class FileProblem:
     actual_sha256: str | None = None
 
 
+# A FileProblem as JSON (dataclasses.asdict): path and reason, sizes and hashes where known.
+FileProblemJSON = dict[str, str | int | None]
+
+
+class VerifyJSON(TypedDict):
+    """``VerifyReport.to_json()``: ``verify`` in the reports of `inspect --verify` and `verify`."""
+
+    bundle: str
+    ok: bool
+    files_checked: int
+    bytes_hashed: int
+    seconds: float
+    jobs: int
+    mismatched: list[FileProblemJSON]
+    missing: list[str]
+    extra: list[str]
+    unsafe: list[FileProblemJSON]
+
+
 @dataclass
 class VerifyReport:
     """What ``verify_bundle`` found: every mismatched, missing, extra and unsafe file."""
@@ -129,7 +148,7 @@ class VerifyReport:
         lines += [f"unsafe: {safe_text(p.path)}: {p.reason}" for p in self.unsafe]
         return lines
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerifyJSON:
         return {
             "bundle": self.bundle,
             "ok": self.ok,
@@ -266,6 +285,32 @@ class PackageDifference:
     verdict: str  # compatible | incompatible
     reason: str
 
+    def to_json(self) -> PackageDifferenceJSON:
+        return {
+            "package": self.package,
+            "bundle": self.bundle,
+            "installed": self.installed,
+            "verdict": self.verdict,
+            "reason": self.reason,
+        }
+
+
+class PackageDifferenceJSON(TypedDict):
+    package: str
+    bundle: str | None
+    installed: str | None
+    verdict: str
+    reason: str
+
+
+class ToolchainJSON(TypedDict):
+    """``ToolchainComparison.to_json()``."""
+
+    verdict: str
+    bundle_toolchain_key: str
+    installed_toolchain_key: str
+    differences: list[PackageDifferenceJSON]
+
 
 @dataclass
 class ToolchainComparison:
@@ -276,12 +321,12 @@ class ToolchainComparison:
     bundle_key: str
     installed_key: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ToolchainJSON:
         return {
             "verdict": self.verdict,
             "bundle_toolchain_key": self.bundle_key,
             "installed_toolchain_key": self.installed_key,
-            "differences": [asdict(d) for d in self.differences],
+            "differences": [d.to_json() for d in self.differences],
         }
 
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 from neuronc.bundle._manifest import MANIFEST_NAME, MAX_FILES, parse_manifest, safe_text
 from neuronc.bundle._reader import read_manifest_bytes, verify_bundle
@@ -65,6 +65,31 @@ from neuronc.resources import default_jobs
 DO_NOT_DEPLOY = "do not deploy this bundle: fetch it again from a store you trust, or rebuild and sign it"
 
 
+class SignatureJSON(TypedDict):
+    """``SignatureReport.to_json()``."""
+
+    bundle: str
+    method: str
+    signer: str
+    files: int
+    seconds: float
+    verified: bool
+    trusted: str | None
+    signature: str | None
+
+
+class StoredSignatureJSON(SignatureJSON):
+    """A signature made by `neuronc sign`: where the store keeps it (None without --store)."""
+
+    stored: str | None
+
+
+class BuiltSignatureJSON(StoredSignatureJSON):
+    """A signature made by `compile --sign`: its store copy, and the bundle's --out copy it also signs."""
+
+    out: str | None
+
+
 @dataclass
 class SignatureReport:
     """What signing or verifying a bundle found: method, signer, files covered, time taken."""
@@ -100,7 +125,7 @@ class SignatureReport:
             signature=signature,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SignatureJSON:
         return {
             "bundle": self.bundle,
             "method": self.method,
@@ -388,8 +413,11 @@ def signature_required(flag: bool, environ: Mapping[str, str] | None = None) -> 
 
 __all__ = [
     "INSTALL_HINT",
+    "BuiltSignatureJSON",
+    "SignatureJSON",
     "SignatureReport",
     "Signer",
+    "StoredSignatureJSON",
     "TrustRoot",
     "library",
     "sign_bundle",

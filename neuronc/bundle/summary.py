@@ -5,17 +5,101 @@ from __future__ import annotations
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from neuronc.bundle._manifest import BUNDLE_PLACEHOLDER, Manifest
 
+# Values read from the manifest's free-form ``profile`` (any JSON; a bundle is untrusted data, so they
+# are shown only through safe_text).
+ProfileValue = object
 
-def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> dict[str, Any]:
+
+class ModelJSON(TypedDict):
+    id: str | None
+    revision: str | None
+
+
+class SequenceJSON(TypedDict):
+    max_length: ProfileValue
+    max_context_length: ProfileValue
+    context_buckets: ProfileValue
+    token_buckets: ProfileValue
+
+
+class GraphJSON(TypedDict):
+    name: str
+    role: str
+    batch: int
+    bucket: int
+    artifact: str | None
+    bytes: int | None
+    compile_seconds: float
+    cache_hit: bool
+
+
+class ShardJSON(TypedDict):
+    rank: int
+    file: str
+    bytes: int
+    sha256: str
+
+
+class WeightsSourceJSON(TypedDict):
+    id: str | None
+    revision: str | None
+    mode: str | None
+    files: int
+
+
+class KeysJSON(TypedDict):
+    config_hash: str
+    toolchain_key: str
+    hashed_fields: list[str]
+
+
+class TotalsJSON(TypedDict):
+    files: int
+    bytes: int
+    bytes_by_role: dict[str, int]
+    graphs: int
+    shards: int
+    compile_seconds: float
+    wall_seconds: float
+
+
+class BundleSummary(TypedDict):
+    """``bundle_summary()``: what `neuronc inspect --json` reports before its checks."""
+
+    bundle: str
+    schema_version: str
+    model: ModelJSON
+    backend: str
+    target: str
+    tp_degree: int | None
+    batch_size: int | None
+    dtype: str | None
+    weights_mode: ProfileValue
+    sequence: SequenceJSON
+    graphs: list[GraphJSON]
+    shards: list[ShardJSON]
+    weights_source: WeightsSourceJSON | None
+    toolchain: dict[str, str | None]
+    keys: KeysJSON
+    stages: list[dict[str, object]]  # Stage.model_dump(): name, wall_seconds, peak_rss_bytes
+    totals: TotalsJSON
+    created_at: str
+    host: dict[str, str]  # HostInfo.model_dump(): hostname, platform, machine, python
+    neuronc_version: str
+    load_snippet: str | None
+    extra: dict[str, object]  # the manifest's backend-specific extra, as it holds it
+
+
+def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> BundleSummary:
     """Model, backend, target, shapes, graphs, shards, toolchain, keys and totals of one bundle."""
     seq = manifest.profile.get("sequence") if isinstance(manifest.profile.get("sequence"), dict) else {}
     assert isinstance(seq, dict)
     sizes = manifest.artifact_sizes()
-    graphs = [
+    graphs: list[GraphJSON] = [
         {
             "name": g.name,
             "role": g.role,
@@ -53,7 +137,10 @@ def bundle_summary(manifest: Manifest, bundle_dir: str | os.PathLike[str]) -> di
             "token_buckets": seq.get("token_buckets"),
         },
         "graphs": graphs,
-        "shards": [s.model_dump() for s in sorted(manifest.shards, key=lambda s: s.rank)],
+        "shards": [
+            {"rank": s.rank, "file": s.file, "bytes": s.bytes, "sha256": s.sha256}
+            for s in sorted(manifest.shards, key=lambda s: s.rank)
+        ],
         "weights_source": None
         if weights is None
         else {"id": weights.id, "revision": weights.revision, "mode": weights.mode, "files": len(weights.files)},

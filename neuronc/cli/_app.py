@@ -7,7 +7,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -73,7 +73,7 @@ _COMMAND_ENDED: list[int] = []
 
 
 def command_failed(
-    exc: BaseException, *, report: dict[str, Any] | None = None, args: Sequence[str] | None = None
+    exc: BaseException, *, report: Mapping[str, object] | None = None, args: Sequence[str] | None = None
 ) -> int:
     """The one place where a failure at the command line becomes what the user sees; returns the exit code.
 

@@ -44,12 +44,13 @@ from click import BadParameter as BadParameter
 from click.exceptions import Exit as Exit
 
 # ``Any`` in this module is Click's: a command is any ``Callable[..., Any]`` (click.Command's
-# callback), ``ParamType.convert`` and parameter callbacks take and return ``Any`` (click/types.py,
-# click/core.py), and parameter annotations are read as runtime objects of any type.
+# callback), ``ParamType.convert`` and parameter callbacks take and return ``Any``, and keyword
+# arguments are passed on to click.Option/click.Argument/click.Command (click/types.py, click/core.py).
+# Parameter annotations, read at runtime, are ``object``s.
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Metavars in usage lines and help, as neuronc has always printed them ("--jobs N", "--tol X").
-_METAVARS: dict[Any, str] = {int: "N", float: "X"}
+_METAVARS: dict[object, str] = {int: "N", float: "X"}
 
 
 class _Settings(TypedDict, total=False):
@@ -108,7 +109,7 @@ class _FloatRange(click.FloatRange):
         return number
 
 
-def _click_type(annotation: Any, marker: _Parameter) -> click.ParamType[Any]:
+def _click_type(annotation: object, marker: _Parameter) -> click.ParamType[Any]:
     if annotation is int or annotation is float:
         if marker.min is None and marker.max is None:
             return click.INT if annotation is int else click.FLOAT
@@ -130,7 +131,7 @@ def _int_or_none(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _unwrap(annotation: Any) -> tuple[Any, bool]:
+def _unwrap(annotation: object) -> tuple[object, bool]:
     """``T | None`` → T; ``list[T]`` → (T, True)."""
     if get_origin(annotation) in (Union, UnionType):
         (annotation,) = [arg for arg in get_args(annotation) if arg is not type(None)]
@@ -194,17 +195,17 @@ class Command(click.Command):
 
 
 def _to_python(
-    base: Any, many: bool, default: Any, callback: Callable[[Any], Any] | None
+    base: object, many: bool, default: object, callback: Callable[[Any], Any] | None
 ) -> Callable[[click.Context, click.Parameter, Any], Any] | None:
     """Click's value → what the function declares: an Enum member, a list (None when nothing was given
     and the default is None); then the declared callback, called with the value as Typer called it."""
-    is_enum = isinstance(base, type) and issubclass(base, enum.Enum)
-    if not (is_enum or many or callback):
+    members = base if isinstance(base, type) and issubclass(base, enum.Enum) else None
+    if members is None and not (many or callback):
         return None
 
     def convert(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if is_enum:
-            value = [base(v) for v in value] if many else (None if value is None else base(value))
+        if members is not None:
+            value = [members(v) for v in value] if many else (None if value is None else members(value))
         if many:
             value = None if not value and default is None else list(value)
         return value if callback is None else callback(value)

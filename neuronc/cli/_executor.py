@@ -8,11 +8,12 @@ import re
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc.cli import _cli as cli
 
 if TYPE_CHECKING:
+    from neuronc.cli._report import JSONObject
     from neuronc.pipeline.farm import RaySettings
 
 
@@ -125,7 +126,7 @@ def parse_resources(values: list[str] | None) -> dict[str, float]:
     return found
 
 
-def parse_runtime_env(value: str | None) -> dict[str, Any] | None:
+def parse_runtime_env(value: str | None) -> JSONObject | None:
     """A runtime_env from JSON text or a JSON/YAML file (YAML read safely: no ``!!python`` tags).
 
     A file that cannot be parsed is exit 2 naming ``file:line:column``.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import click
 
@@ -108,7 +108,7 @@ def _describe(path: Path, text: str, *, saved: bool) -> None:
     """--dry-run: the profile and each build's config hash, as `validate` reports them."""
     from neuronc.cli.profiles import describe_profile
 
-    described: dict[str, Any] = describe_profile(path)
+    described = describe_profile(path)
     data = {"dry_run": True, "profile": text, "saved_to": str(path) if saved else None, **described}
 
     def render() -> None:

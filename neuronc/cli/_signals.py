@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
 # Set when SIGINT or SIGTERM arrives while a command runs. A library may turn the KeyboardInterrupt
 # into an exception of its own (pydantic-core, building a schema, re-raises it as a SchemaError); the
@@ -38,7 +37,9 @@ def _redeliver(signum: int) -> None:
         os.kill(os.getpid(), signum)
 
 
-def _lost_interrupt_hook(previous: Callable[[Any], object]) -> Callable[[Any], object]:
+def _lost_interrupt_hook(
+    previous: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
     """An unraisable hook that delivers again the interrupts C or Rust code swallowed.
 
     The KeyboardInterrupt our handler raises can land where Python cannot propagate it: a ``__del__``,
@@ -50,7 +51,7 @@ def _lost_interrupt_hook(previous: Callable[[Any], object]) -> Callable[[Any], o
     hook that was there before.
     """
 
-    def hook(unraisable: Any) -> None:
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and _SIGNALLED:
             timer = threading.Timer(_REDELIVERY_SECONDS, _redeliver, (_SIGNALLED[-1],))
             timer.daemon = True

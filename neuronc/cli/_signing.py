@@ -9,13 +9,19 @@ load it (tests/test_startup.py). docs/bundles.md has the threat model and the CI
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 
 if TYPE_CHECKING:
-    from neuronc.bundle.signing import SignatureReport, Signer
+    from neuronc.bundle.signing import (
+        BuiltSignatureJSON,
+        SignatureJSON,
+        SignatureReport,
+        Signer,
+        StoredSignatureJSON,
+    )
     from neuronc.bundle.signing_material import TrustRoot
     from neuronc.errors import NeuroncError
     from neuronc.pipeline import BuildReport
@@ -115,13 +121,13 @@ def check_signature(bundle: Path, trust: TrustRoot | None) -> SignatureReport | 
     return None if trust is None else verify_signature(bundle, trust)
 
 
-def sign_and_store(bundle: Path, signer: Signer, store: str | None, *, jobs: int | None = None) -> dict[str, Any]:
+def sign_and_store(bundle: Path, signer: Signer, store: str | None, *, jobs: int | None = None) -> StoredSignatureJSON:
     """Sign ``bundle`` in place; with ``store``, store the signature with the stored bundle (exit 2 if absent)."""
     from neuronc.bundle.signing import sign_bundle
     from neuronc.errors import InvalidInputError
 
     report = sign_bundle(bundle, signer, jobs=jobs)
-    data = {**report.to_json(), "stored": None}
+    data: StoredSignatureJSON = {**report.to_json(), "stored": None}
     if store is not None:
         from neuronc.store import open_store
 
@@ -133,18 +139,21 @@ def sign_and_store(bundle: Path, signer: Signer, store: str | None, *, jobs: int
     return data
 
 
-def render_signature(report: dict[str, Any], *, verb: str) -> None:
+def render_signature(report: SignatureJSON, *, verb: str) -> None:
     from rich.markup import escape
 
-    where = f" → {escape(report['signature'])}" if report.get("signature") else ""
-    trusted = f", trusted as {escape(report['trusted'])}" if report.get("trusted") else ""
+    signature, trusted_as = report["signature"], report["trusted"]
+    where = f" → {escape(signature)}" if signature else ""
+    trusted = f", trusted as {escape(trusted_as)}" if trusted_as else ""
     out.print(
         f"signature  {verb} by {escape(report['signer'])}{trusted}: "
         f"{report['files']} files in {report['seconds']:.2f} s{where}"
     )
 
 
-def sign_built(reports: list[BuildReport], signer: Signer, store: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+def sign_built(
+    reports: list[BuildReport], signer: Signer, store: str | None
+) -> tuple[list[BuiltSignatureJSON], list[str]]:
     """`compile --sign`: sign each bundle this run built, store the signature with it, sign its --out copy.
 
     A store hit (found in the store, or published first by another host) was not built here: anyone
@@ -162,7 +171,7 @@ def sign_built(reports: list[BuildReport], signer: Signer, store: str | None) ->
     from neuronc.store import open_store
 
     opened = open_store(store)
-    signed: list[dict[str, Any]] = []
+    signed: list[BuiltSignatureJSON] = []
     refused: list[str] = []
     with tempfile.TemporaryDirectory(prefix="neuronc-signer-") as tmp:
         own: TrustRoot | None = None
@@ -181,7 +190,11 @@ def sign_built(reports: list[BuildReport], signer: Signer, store: str | None) ->
                     refused.append(f"{report.label}: {why}")
                     out.warning(f"{report.label}: store hit {bundle} not signed: {why}")
                     continue
-                data = {**kept.to_json(), "stored": opened.publish_signature(bundle), "out": report.out}
+                data: BuiltSignatureJSON = {
+                    **kept.to_json(),
+                    "stored": opened.publish_signature(bundle),
+                    "out": report.out,
+                }
                 out.success(f"{report.label}: store hit keeps its signature by {kept.signer}")
             else:
                 result = sign_bundle(bundle, signer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -11,6 +11,8 @@ from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt, StoreOpt
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from neuronc.buckets import Analysis, Figures
 
 _EPILOG = (
@@ -70,7 +72,7 @@ def _written_now(analysis: Analysis) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return seq.context_buckets, seq.token_buckets
 
 
-def _panels(analysis: Analysis) -> list[tuple[str, Any, Any, Any]]:
+def _panels(analysis: Analysis) -> list[tuple[str, Counter[int], tuple[int, ...], tuple[int, ...]]]:
     current, suggested = analysis.current, analysis.suggested
     return [
         ("prompt tokens (context buckets)", analysis.context_hist, current.context_buckets, suggested.context_buckets),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -147,7 +147,7 @@ def _report_registry(registry: Registry | None) -> None:
         out.warning(f"{plural(len(problems), 'registry file')} skipped")
 
 
-def _result(data: dict[str, Any], render: Callable[[], None]) -> None:
+def _result(data: Mapping[str, object], render: Callable[[], None]) -> None:
     """Print a result: ``--json`` is one valid UTF-8 document whatever bytes the registry's names hold."""
     from neuronc.hubcache.paths import json_safe
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -25,6 +26,7 @@ from neuronc.cli._options import JsonOpt, StoreOpt, WideOpt
 from neuronc.errors import NeuroncError
 
 if TYPE_CHECKING:
+    from neuronc.bundle.signing import BuiltSignatureJSON
     from neuronc.pipeline import BuildReport
     from neuronc.pipeline.local import Executor
 
@@ -165,7 +167,7 @@ def compile_command(
         )
         runner = RayExecutor(settings)
     reports: list[BuildReport] = []
-    signatures: list[dict[str, Any]] = []
+    signatures: list[BuiltSignatureJSON] = []
     unsigned: list[str] = []
 
     def on_report(report: BuildReport) -> None:
@@ -298,7 +300,7 @@ def _print_failure(report: BuildReport) -> None:
         out.explain(report.error, prefix="" if named else f"{report.label}: ")
 
 
-def _write_report(path: Path | None, data: dict[str, Any]) -> None:
+def _write_report(path: Path | None, data: Mapping[str, object]) -> None:
     """Write the report atomically (a CI step reading it never sees half a file)."""
     if path is None:
         return

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypedDict, final
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -11,11 +11,22 @@ from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
+if TYPE_CHECKING:
+    from neuronc.verdict import VerdictJSON
+
 _EPILOG = (
     "Examples: neuronc deploy ./bundle --for vllm · "
     "neuronc deploy ./bundle --for vllm --instance-type inf2.48xlarge --out deploy/vllm · "
     "neuronc deploy ./bundle --for sagemaker --s3-uri s3://bucket/models/llama/. See docs/deploy.md."
 )
+
+
+@final  # final: `"parts" in verdict` tells the verdict from this (mypy narrows on it)
+class SkippedVerdict(TypedDict):
+    """``verdict`` when --allow-compile went on without one: the image, and why there is none."""
+
+    image: str
+    skipped: str
 
 
 @command(name="deploy", epilog=_EPILOG)
@@ -123,7 +134,7 @@ def deploy_command(
     out.success(f"wrote {len(written)} file(s) for {chosen.value} to {target}")
 
 
-def _verdict(bundle: Path, image: str | None, *, allow_compile: bool) -> dict[str, Any] | None:
+def _verdict(bundle: Path, image: str | None, *, allow_compile: bool) -> VerdictJSON | SkippedVerdict | None:
     """The pre-boot verdict against the image the serving files name (neuronc.verdict): exit 5 naming
     every differing part, unless --allow-compile (then it is reported, and the files are written)."""
     from neuronc.bundle import read_manifest

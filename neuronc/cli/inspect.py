@@ -6,13 +6,14 @@ a bundle is untrusted data (tests/test_inspect_hostile.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
+from neuronc.cli._inspect_report import Checks, EnvironmentJSON, Skipped, VerifyCheck, VerifyDocument
 from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.cli._report import finish_report as _finish
 from neuronc.cli._report import markup_safe as _s
@@ -29,7 +30,12 @@ from neuronc.cli._signing import (
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, NeuroncError
 
 if TYPE_CHECKING:
+    from neuronc.accuracy import AccuracyJSON
     from neuronc.bundle import Manifest
+    from neuronc.bundle.signing import SignatureJSON
+    from neuronc.bundle.signing_material import TrustRoot
+    from neuronc.bundle.summary import BundleSummary
+    from neuronc.verdict import VerdictJSON
 
 BundleArg = Annotated[Path, cli.Argument(help="Bundle directory.", show_default=False)]
 BundleOrUrlArg = Annotated[
@@ -55,11 +61,7 @@ AgainstImageOpt = Annotated[
     ),
 ]
 
-# Extra checks `verify` can run after integrity, e.g. accuracy against the reference model
-# (neuronc.accuracy.accuracy_check(...) returns one). A check takes (bundle_dir, manifest), returns
-# JSON-ready data stored under its name, and raises a NeuroncError to fail. To add one to `verify`,
-# declare its option on verify_command and pass extra={"accuracy": check} to _run_checks.
-VerifyCheck = Callable[[Path, "Manifest"], dict[str, Any]]
+Report = TypeVar("Report")  # an extra check's report (a TypedDict of the library's)
 
 
 @command(name="inspect", epilog="Example: neuronc inspect ./bundle --verify --against-env --json")
@@ -77,11 +79,12 @@ def inspect_command(
 
     out.configure(json_mode=json_out, wide=wide)
     manifest = read_manifest(bundle)
-    data = bundle_summary(manifest, bundle)
-    if data["load_snippet"] is None:
-        data["load_snippet"] = _backend_snippet(manifest, bundle)
-    failure = _run_checks(bundle, manifest, data, verify=verify, against_env=against_env, jobs=jobs)
-    _finish(data, lambda: _render(data), failure)
+    summary = bundle_summary(manifest, bundle)
+    if summary["load_snippet"] is None:
+        summary["load_snippet"] = _backend_snippet(manifest, bundle)
+    checks: Checks = {}
+    failure = _run_checks(bundle, manifest, checks, verify=verify, against_env=against_env, jobs=jobs)
+    _finish({**summary, **checks}, lambda: _render(summary, checks), failure)
 
 
 def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
@@ -132,16 +135,11 @@ def verify_command(
     out.configure(json_mode=json_out, wide=wide)
     if (prompts is not None or tol is not None) and not accuracy:
         raise InvalidInputError("--prompts and --tol apply to --accuracy", hint="add --accuracy")
-    extra: dict[str, VerifyCheck] = {}
     trust = trust_for(
         flag=signature, key=key, certificates=certificate, identity=identity, issuer=issuer, staging=staging
     )
-    if trust is not None:
-        from neuronc.bundle.signing import verify_signature
-
-        extra["signature"] = lambda bundle, _manifest: verify_signature(bundle, trust).to_json()
-    if against_image is not None:
-        extra["verdict"] = lambda bundle, _manifest: _image_verdict(bundle, against_image)
+    signature_check = None if trust is None else _signature_check(trust)
+    verdict_check = None if against_image is None else _verdict_check(against_image)
     shown = bundle_arg
     if is_remote(bundle_arg):
         if trust is None and against_image is None:
@@ -151,26 +149,56 @@ def verify_command(
     else:
         bundle = Path(bundle_arg)
     manifest = read_manifest(bundle)
-    data: dict[str, Any] = {"bundle": shown, "config_hash": manifest.config_hash, "ok": False}
-    if accuracy:
-        from neuronc.accuracy import accuracy_check
-
-        extra["accuracy"] = accuracy_check(prompts, tol)  # reads the prompts file now: exit 2 if bad
-    failure = _run_checks(bundle, manifest, data, verify=True, against_env=against_env, jobs=jobs, extra=extra)
+    data: VerifyDocument = {"bundle": shown, "config_hash": manifest.config_hash, "ok": False}
+    accuracy_check = _accuracy_check(prompts, tol) if accuracy else None  # reads the prompts now: exit 2 if bad
+    failure = _run_checks(
+        bundle,
+        manifest,
+        data,
+        verify=True,
+        against_env=against_env,
+        jobs=jobs,
+        signature=signature_check,
+        verdict=verdict_check,
+        accuracy=accuracy_check,
+    )
     data["ok"] = failure is None
     _finish(data, lambda: _render_verify(data), failure)
 
 
-def _image_verdict(bundle: Path, reference: str) -> dict[str, Any]:
+def _signature_check(trust: TrustRoot) -> VerifyCheck[SignatureJSON]:
+    """The bundle signed by whom ``trust`` names (verify_signature raises a NeuroncError if not)."""
+    from neuronc.bundle.signing import verify_signature
+
+    return lambda bundle, _manifest: (verify_signature(bundle, trust).to_json(), None)
+
+
+def _verdict_check(reference: str) -> VerifyCheck[VerdictJSON]:
+    return lambda bundle, _manifest: _image_verdict(bundle, reference)
+
+
+def _image_verdict(bundle: Path, reference: str) -> tuple[VerdictJSON, NeuroncError | None]:
     """The pre-boot verdict against an image (neuronc.verdict); exit 5 naming every differing part."""
     from neuronc.verdict import image_verdict
 
     verdict = image_verdict(bundle, reference)
-    if not verdict.starts_without_compiling:
-        error = verdict.error(str(bundle))
-        error.report = verdict.to_json()  # type: ignore[attr-defined]
-        raise error
-    return verdict.to_json()
+    failure = None if verdict.starts_without_compiling else verdict.error(str(bundle))
+    return verdict.to_json(), failure
+
+
+def _accuracy_check(prompts: Path | None, tol: float | None) -> VerifyCheck[AccuracyJSON]:
+    """neuronc.accuracy's check, its report kept when it fails (AccuracyError carries it)."""
+    from neuronc.accuracy import AccuracyError, accuracy_check
+
+    check = accuracy_check(prompts, tol)
+
+    def run(bundle: Path, manifest: Manifest) -> tuple[AccuracyJSON, NeuroncError | None]:
+        try:
+            return check(bundle, manifest), None
+        except AccuracyError as exc:
+            return exc.report, exc
+
+    return run
 
 
 def _fetch_url(url: str, *, accuracy: bool) -> Path:
@@ -191,7 +219,7 @@ def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | N
         raise InvalidInputError("--accuracy runs a local bundle", hint="fetch it first (neuronc compile --out)")
     checked = verify_url(url, jobs=jobs)
     manifest = checked.entry.manifest
-    data: dict[str, Any] = {"bundle": url, "config_hash": manifest.config_hash, "verify": checked.report.to_json()}
+    data: VerifyDocument = {"bundle": url, "config_hash": manifest.config_hash, "verify": checked.report.to_json()}
     failure: NeuroncError | None = None
     try:
         checked.report.raise_for_problems()
@@ -208,12 +236,14 @@ def _verify_remote(url: str, *, against_env: bool, accuracy: bool, jobs: int | N
 def _run_checks(
     bundle: Path,
     manifest: Manifest,
-    data: dict[str, Any],
+    data: Checks,
     *,
     verify: bool,
     against_env: bool,
     jobs: int | None,
-    extra: dict[str, VerifyCheck] | None = None,
+    signature: VerifyCheck[SignatureJSON] | None = None,
+    verdict: VerifyCheck[VerdictJSON] | None = None,
+    accuracy: VerifyCheck[AccuracyJSON] | None = None,
 ) -> NeuroncError | None:
     """Run the requested checks into ``data``; return the first failure (integrity before environment)."""
     from neuronc.bundle import verify_bundle
@@ -234,25 +264,38 @@ def _run_checks(
         from neuronc.verdict import has_verdict, host_verdict
 
         if has_verdict(manifest.backend):
-            verdict = host_verdict(bundle)
-            data["verdict"] = verdict.to_json()
-            if not verdict.starts_without_compiling:
-                failures.append(verdict.error(str(bundle)))
-    for name, check in (extra or {}).items():
+            host = host_verdict(bundle)
+            data["verdict"] = host.to_json()
+            if not host.starts_without_compiling:
+                failures.append(host.error(str(bundle)))
+
+    def extra(check: VerifyCheck[Report] | None) -> Report | Skipped | None:
+        """An extra check's report (None when not asked for, or when it failed with none); its
+        failure added to ``failures``."""
+        if check is None:
+            return None
         if failures:  # running a model from a damaged or incompatible bundle proves nothing
-            data[name] = {"skipped": "an earlier check failed"}
-            continue
+            return {"skipped": "an earlier check failed"}
         try:
-            data[name] = check(bundle, manifest)
+            report, failure = check(bundle, manifest)
         except NeuroncError as exc:
             failures.append(exc)
-            carried = getattr(exc, "report", None)  # a failed check may still carry its full report
-            if isinstance(carried, dict):
-                data[name] = carried
+            return None
+        if failure is not None:
+            failures.append(failure)
+        return report
+
+    # The extra checks, in this order, each reported under its name.
+    if (signed := extra(signature)) is not None:
+        data["signature"] = signed
+    if (verdict_report := extra(verdict)) is not None:
+        data["verdict"] = verdict_report
+    if (accurate := extra(accuracy)) is not None:
+        data["accuracy"] = accurate
     return failures[0] if failures else None
 
 
-def _environment_failure(bundle: str, manifest: Manifest, data: dict[str, Any]) -> NeuroncError | None:
+def _environment_failure(bundle: str, manifest: Manifest, data: Checks) -> NeuroncError | None:
     """Compare the bundle's toolchain with this environment into ``data``; the error if incompatible."""
     from neuronc.bundle import INCOMPATIBLE
 
@@ -269,7 +312,7 @@ def _environment_failure(bundle: str, manifest: Manifest, data: dict[str, Any]) 
     return EnvironmentIncompatibleError(msg, details=details, hint=comparison.get("hint"))
 
 
-def environment_comparison(manifest: Manifest) -> dict[str, Any]:
+def environment_comparison(manifest: Manifest) -> EnvironmentJSON:
     """compare_toolchain against the installed versions of the bundle's backend, as JSON."""
     from neuronc.backends import resolve_backend
     from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
@@ -293,8 +336,14 @@ def environment_comparison(manifest: Manifest) -> dict[str, Any]:
             ],
             "hint": "install the backend the bundle was built with (see `neuronc backends`)",
         }
-    result = compare_toolchain(manifest, installed).to_json()
-    result["neuron_sdk"] = _releases_of(manifest.toolchain, installed)
+    comparison = compare_toolchain(manifest, installed).to_json()
+    result: EnvironmentJSON = {
+        "verdict": comparison["verdict"],
+        "bundle_toolchain_key": comparison["bundle_toolchain_key"],
+        "installed_toolchain_key": comparison["installed_toolchain_key"],
+        "differences": comparison["differences"],
+        "neuron_sdk": _releases_of(manifest.toolchain, installed),
+    }
     if result["verdict"] == INCOMPATIBLE:
         result["hint"] = "rebuild the bundle here, or install the versions it was built with"
     return result
@@ -319,7 +368,7 @@ def _size(n: int | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def _render(d: dict[str, Any]) -> None:
+def _render(d: BundleSummary, checks: Checks) -> None:
     from neuronc.fsutil import plural
 
     seq = d["sequence"]
@@ -376,13 +425,13 @@ def _render(d: dict[str, Any]) -> None:
         out.print("load:")
         # Lines to copy as they are, but never a control character from the manifest to the terminal.
         out.code("\n".join(f"  {_cell(line, 1000)}" for line in str(d["load_snippet"]).splitlines()[:40]))
-    if "verify" in d:
-        _render_verify(d)
-    if "environment" in d:
-        _render_environment(d["environment"])
+    if "verify" in checks:
+        _render_verify(checks, environment=False)
+    if "environment" in checks:
+        _render_environment(checks["environment"])
 
 
-def _render_verify(d: dict[str, Any]) -> None:
+def _render_verify(d: Checks, *, environment: bool = True) -> None:
     if "verify" in d:
         v = d["verify"]
         rate = v["bytes_hashed"] / v["seconds"] / 1e6 if v["seconds"] else 0.0
@@ -391,29 +440,30 @@ def _render_verify(d: dict[str, Any]) -> None:
             f"verify     {status}: {v['files_checked']} files, {_size(v['bytes_hashed'])} in {v['seconds']:.2f} s "
             f"({rate:.0f} MB/s, {v['jobs']} jobs)"
         )
-    if "environment" in d and "totals" not in d:
+    if "environment" in d and environment:
         _render_environment(d["environment"])
-    if isinstance(d.get("verdict"), dict) and "parts" in d["verdict"]:
-        render_verdict(d["verdict"])
+    verdict = d.get("verdict")
+    if verdict is not None and "parts" in verdict:
+        render_verdict(verdict)
     signature = d.get("signature")
-    if isinstance(signature, dict) and "signer" in signature:
+    if signature is not None and "signer" in signature:
         from neuronc.cli._signing import render_signature
 
         render_signature(signature, verb="ok, signed")
-    elif isinstance(signature, dict) and "skipped" in signature:
+    elif signature is not None and "skipped" in signature:
         out.print(f"signature  skipped: {signature['skipped']}")
     accuracy = d.get("accuracy")
-    if isinstance(accuracy, dict) and "prompts" in accuracy:
+    if accuracy is not None and "prompts" in accuracy:
         status = "ok" if accuracy["passed"] else "FAILED"
         out.print(
             f"accuracy   {status}: {len(accuracy['prompts'])} prompt(s), {accuracy['max_new_tokens']} tokens each, "
             f"max |Δlogit| {accuracy['max_abs_diff']:.2e} (tol {accuracy['tol']:.0e}, {accuracy['dtype']})"
         )
-    elif isinstance(accuracy, dict) and "skipped" in accuracy:
+    elif accuracy is not None and "skipped" in accuracy:
         out.print(f"accuracy   skipped: {accuracy['skipped']}")
 
 
-def render_verdict(verdict: dict[str, Any]) -> None:
+def render_verdict(verdict: VerdictJSON) -> None:
     """Every key part, then the answer: starts with zero compiles: yes / no."""
     out.print(f"verdict    against {_s(verdict['image'])} ({_s(verdict['source'])})")
     for part in verdict["parts"]:
@@ -424,7 +474,7 @@ def render_verdict(verdict: dict[str, Any]) -> None:
     out.print(f"starts with zero compiles: {answer}")
 
 
-def _render_environment(env: dict[str, Any]) -> None:
+def _render_environment(env: EnvironmentJSON) -> None:
     out.print(f"toolchain  {env['verdict']} with this environment")
     sdk = env.get("neuron_sdk") or {}
     if sdk.get("bundle") or sdk.get("installed"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -22,6 +22,7 @@ from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
 if TYPE_CHECKING:
     from neuronc.ci import BuildPlan
+    from neuronc.cli._report import JSONObject
     from neuronc.pipeline.farm import Need, Node, RaySettings
 
 SnapshotOpt = Annotated[
@@ -97,7 +98,7 @@ def plan_command(
     specs = load_builds(expand_profile_paths(profiles))
     plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
-    rows = [p.to_json() for p in plans]
+    rows: list[JSONObject] = [p.to_json() for p in plans]  # a build's row, and its traffic and ray parts
     if traffic is not None:
         from neuronc.buckets import plan_traffic
 
@@ -140,7 +141,7 @@ def plan_command(
 
 
 def _ray_placement(
-    plans: list[BuildPlan], settings: RaySettings, rows: list[dict[str, Any]]
+    plans: list[BuildPlan], settings: RaySettings, rows: list[JSONObject]
 ) -> tuple[list[Node], list[tuple[Need, list[Node]]]]:
     """Each build's need on the Ray cluster and the nodes it fits, added to its JSON row as ``ray``."""
     from neuronc.pipeline.farm import placement
@@ -157,7 +158,7 @@ def _ray_placement(
 def _render(
     plans: list[BuildPlan],
     placed: list[tuple[Need, list[Node]]] | None = None,
-    documents: list[dict[str, Any]] | None = None,
+    documents: list[JSONObject] | None = None,
 ) -> None:
     from rich.markup import escape
 

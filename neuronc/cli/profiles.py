@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 from neuronc._output import out, to_json_text
 from neuronc.cli import _cli as cli
@@ -11,18 +12,65 @@ from neuronc.cli._app import command, command_failed
 from neuronc.cli._options import JsonOpt, ProfilesArg, WideOpt
 from neuronc.errors import InvalidInputError, ProfileError
 
+if TYPE_CHECKING:
+    from neuronc.backends.base import CompilePlan
+    from neuronc.cli._report import JSONObject
+    from neuronc.spec import BuildSpec
 
-def describe_profile(path: Path) -> dict[str, Any]:
+
+class BuildDescription(TypedDict):
+    """One build of a valid profile, as `validate --json` (and `compile --dry-run`) report it."""
+
+    index: int
+    name: str | None
+    matrix: JSONObject
+    config_hash: str
+    hashed_fields: list[str]
+    normalized: JSONObject  # BuildSpec.normalized(): the profile as a manifest records it
+    plan: dict[str, object]  # CompilePlan.to_json()
+    neuron_sdk: dict[str, object] | None  # neuronc.backends.support.release_json
+
+
+class ProfileDescription(TypedDict):
+    path: str
+    valid: bool  # True
+    warnings: list[str]
+    builds: list[BuildDescription]
+
+
+class InvalidProfile(TypedDict):
+    path: str
+    valid: bool  # False
+    errors: list[str]
+
+
+@dataclass(frozen=True)
+class _Build:
+    """A build as `validate` shows it: from the typed spec and plan its document was made of."""
+
+    spec: BuildSpec
+    plan: CompilePlan
+    config_hash: str
+    neuron_sdk: dict[str, object] | None
+
+
+def describe_profile(path: Path) -> ProfileDescription:
     """Load one profile and describe each build: normalised profile, config hash, planned graphs."""
+    return _described(path)[0]
+
+
+def _described(path: Path) -> tuple[ProfileDescription, list[_Build]]:
     from neuronc.backends.support import release_json
     from neuronc.keys import HASHED_FIELDS
     from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
 
     loaded = load_profile(path)
-    builds = []
+    builds: list[BuildDescription] = []
+    shown: list[_Build] = []
     for spec in loaded.builds:
         ctx = resolve_build(spec, strict=False)
+        sdk = release_json(ctx.backend.release_for(spec), spec.backend)
         builds.append(
             {
                 "index": spec.build_index,
@@ -33,30 +81,33 @@ def describe_profile(path: Path) -> dict[str, Any]:
                 "hashed_fields": list(ctx.config_key.fields if ctx.config_key is not None else HASHED_FIELDS),
                 "normalized": spec.normalized(),
                 "plan": ctx.plan.to_json(),
-                "neuron_sdk": release_json(ctx.backend.release_for(spec), spec.backend),
+                "neuron_sdk": sdk,
             }
         )
-    return {"path": str(path), "valid": True, "warnings": loaded.warnings, "builds": builds}
+        shown.append(_Build(spec, ctx.plan, ctx.key_text, sdk))
+    return {"path": str(path), "valid": True, "warnings": loaded.warnings, "builds": builds}, shown
 
 
 @command(name="validate")
 def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     """Validate profiles; print each build's normalised profile, config hash and planned graphs."""
     out.configure(json_mode=json_out, wide=wide)
-    results: list[dict[str, Any]] = []
+    results: list[ProfileDescription | InvalidProfile] = []
+    valid: list[tuple[ProfileDescription, list[_Build]]] = []
     failures: list[ProfileError] = []
     for path in profiles:
         try:
-            results.append(describe_profile(path))
+            described = _described(path)
         except ProfileError as exc:
             failures.append(exc)
             results.append({"path": str(path), "valid": False, "errors": exc.details or [exc.message]})
+            continue
+        results.append(described[0])
+        valid.append(described)
 
     def render() -> None:
-        for result in results:
-            if not result["valid"]:
-                continue
-            for build in result["builds"]:
+        for result, builds in valid:
+            for build in builds:
                 _render_build(result["path"], build)
             for warning in result["warnings"]:
                 out.warning(warning)
@@ -73,40 +124,41 @@ def validate_command(profiles: ProfilesArg, json_out: JsonOpt = False, wide: Wid
     raise cli.Exit(command_failed(error, report={"valid": False, "profiles": results}))
 
 
-def _render_build(path: str, build: dict[str, Any]) -> None:
+def _render_build(path: str, build: _Build) -> None:
     from rich.markup import escape
 
-    norm = build["normalized"]
-    seq = norm["sequence"]
-    matrix = ", ".join(f"{k}={v}" for k, v in build["matrix"].items())
-    label = path + (f" [build {build['index']}: {matrix}]" if matrix else "")
-    revision = f"@{norm['model']['revision']}" if norm["model"]["revision"] else ""
-    # Profile values are user data: escape them so Rich never reads them as markup.
+    spec = build.spec
+    seq = spec.sequence
+    matrix = ", ".join(f"{k}={v}" for k, v in spec.matrix_values.items())
+    label = path + (f" [build {spec.build_index}: {matrix}]" if matrix else "")
+    revision = f"@{spec.model.revision}" if spec.model.revision else ""
+    # Profile values are user data: escape them so Rich never reads them as markup. Buckets print as
+    # the normalised profile (JSON) lists them.
     out.print(f"[bold]{escape(label)}[/bold]  ✓ valid")
-    out.print(f"  model {escape(norm['model']['id'] + revision)}")
+    out.print(f"  model {escape(spec.model.id + revision)}")
     out.print(
         escape(
-            f"  backend {norm['backend']} · target {norm['target']} · tp {norm['tp_degree']} · "
-            f"batch {norm['batch_size']} · amp {norm['amp']} · weights {norm['weights']}"
+            f"  backend {spec.backend} · target {spec.target} · tp {spec.tp_degree} · "
+            f"batch {spec.batch_size} · amp {spec.amp} · weights {spec.weights}"
         )
     )
     out.print(
         escape(
-            f"  max_length {seq['max_length']} · max_context_length {seq['max_context_length']} · "
-            f"context buckets {seq['context_buckets']} · token buckets {seq['token_buckets']}"
+            f"  max_length {seq.max_length} · max_context_length {seq.max_context_length} · "
+            f"context buckets {list(seq.context_buckets)} · token buckets {list(seq.token_buckets)}"
         )
     )
-    out.print(f"  config hash {build['config_hash']}")
-    sdk = build.get("neuron_sdk")
+    out.print(f"  config hash {build.config_hash}")
+    sdk = build.neuron_sdk
     if sdk and sdk.get("release"):
         from neuronc.backends.support import release_line
 
         out.print(escape(f"  {release_line(sdk)}"))
-    graphs = build["plan"]["graphs"]
+    graphs = build.plan.graphs
     out.table(
         ["graph", "role", "batch", "bucket"],
-        [[g["name"], g["role"], g["batch"], g["bucket"]] for g in graphs],
-        title=f"  {len(graphs)} graph(s); weights: {build['plan']['weights_layout']}",
+        [[g.name, g.role, g.batch, g.bucket] for g in graphs],
+        title=f"  {len(graphs)} graph(s); weights: {build.plan.weights_layout}",
     )
 
 
@@ -167,7 +219,7 @@ def hash_command(
     pairs = (
         list(zip(a_builds, b_builds, strict=False)) if len(a_builds) == len(b_builds) else [(a_builds[0], b_builds[0])]
     )
-    comparisons: list[dict[str, Any]] = []
+    comparisons: list[Comparison] = []
     for index, ((ha, ia, _), (hb, ib, _)) in enumerate(pairs):
         comparisons.append({"build": index, "a": ha, "b": hb, "same": ha == hb, "differences": diff_inputs(ia, ib)})
 
@@ -185,7 +237,17 @@ def hash_command(
     out.result({"a": str(paths[0]), "b": str(paths[1]), "comparisons": comparisons}, render)
 
 
-def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+class Comparison(TypedDict):
+    """`hash --diff`: one pair of builds, and the hashed fields that differ (keys.diff_inputs)."""
+
+    build: int
+    a: str
+    b: str
+    same: bool
+    differences: list[JSONObject]
+
+
+def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, JSONObject, JSONObject]]:
     """(config hash, hashed inputs, matrix values) per build of a profile or a bundle.
 
     A Hub model whose revision cannot be resolved here has the hash ``unresolved``; with ``resolved``
@@ -196,7 +258,7 @@ def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, dict[str, A
     from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
 
-    result: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+    result: list[tuple[str, JSONObject, JSONObject]] = []
     for spec in load_profile(path).builds:
         ctx = resolve_build(spec, strict=False)
         if ctx.config_key is None and not resolved:
@@ -207,7 +269,7 @@ def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, dict[str, A
     return result
 
 
-def _bundle_hash(path: Path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+def _bundle_hash(path: Path) -> tuple[str, JSONObject, JSONObject]:
     from neuronc.bundle import read_manifest
 
     manifest = read_manifest(path)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
+
+if TYPE_CHECKING:
+    from neuronc.cli._report import JSONObject
 
 BundleArg = Annotated[
     Path, cli.Argument(help="Bundle directory (as printed by `neuronc compile`).", show_default=False)
@@ -60,7 +63,7 @@ def run_command(
         loading.done()
     stream = None if json_out else _write_stdout
     result = runner.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stream=stream)
-    data: dict[str, Any] = {"bundle": str(bundle), "prompt": prompt, **result.to_json()}
+    data: JSONObject = {"bundle": str(bundle), "prompt": prompt, **result.to_json()}
     data["temperature"] = temperature
     data["seed"] = seed
     data["load_seconds"] = round(runner.load_seconds, 3)
@@ -69,11 +72,13 @@ def run_command(
         return
     sys.stdout.write("\n")
     sys.stdout.flush()
-    per_token = f"{data['ms_per_token']:.2f} ms/token" if data["ms_per_token"] is not None else "no decode steps"
+    # The line says what the document says: Generation.to_json's fields, rounded as it rounds them.
+    ms_per_token = result.ms_per_token
+    per_token = f"{round(ms_per_token, 3):.2f} ms/token" if ms_per_token is not None else "no decode steps"
     out.info(
-        f"{data['prompt_tokens']} prompt tokens (context bucket {data['context_bucket']}) · "
-        f"{data['generated_tokens']} generated ({data['stop_reason']}) · "
-        f"time to first token {data['ttft_ms']:.2f} ms · {per_token}"
+        f"{len(result.prompt_ids)} prompt tokens (context bucket {result.context_bucket}) · "
+        f"{len(result.tokens)} generated ({result.stop_reason}) · "
+        f"time to first token {round(result.ttft_ms, 3):.2f} ms · {per_token}"
     )
 
 

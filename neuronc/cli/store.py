@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 from neuronc._output import out
 from neuronc.cli import _cli as cli
@@ -12,7 +12,31 @@ from neuronc.cli._options import JsonOpt, StoreOpt
 from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 if TYPE_CHECKING:
+    from neuronc.cli._report import JSONObject
     from neuronc.store import BundleStore
+
+
+class Removed(TypedDict):
+    """`store rm --json`: each removed entry (StoreEntry.to_json()) and the bytes freed."""
+
+    removed: list[JSONObject]
+    bytes_freed: int
+
+
+class Repaired(TypedDict):
+    """`store verify --repair --json`: what was done to each bundle (Repair.to_json())."""
+
+    store: str
+    bundles: list[JSONObject]
+
+
+class Verified(TypedDict):
+    """`store verify --json`: each bundle's entry with its VerifyJSON, and whether all passed."""
+
+    store: str
+    ok: bool
+    bundles: list[dict[str, object]]
+
 
 store_app = cli.Group(
     no_args_is_help=True,
@@ -99,7 +123,7 @@ def rm_command(key: KeyArg, all_matches: AllOpt = False, store: StoreOpt = None,
     """Remove bundles from the store."""
     out.configure(json_mode=json_out)
     removed = _open(store).remove(key, all_matches=all_matches)
-    data: dict[str, Any] = {"removed": [e.to_json() for e in removed], "bytes_freed": sum(e.size for e in removed)}
+    data: Removed = {"removed": [e.to_json() for e in removed], "bytes_freed": sum(e.size for e in removed)}
 
     def render() -> None:
         for e in removed:
@@ -155,7 +179,7 @@ def verify_command(
     s = _open(store)
     if repair:
         repairs = s.repair(key, source=source)
-        data: dict[str, Any] = {"store": s.location, "bundles": [r.to_json() for r in repairs]}
+        data: Repaired = {"store": s.location, "bundles": [r.to_json() for r in repairs]}
 
         def render_repairs() -> None:
             for r in repairs:
@@ -167,7 +191,7 @@ def verify_command(
         return
     checked = s.verify(key)
     bad = [c for c in checked if not c.ok]
-    data = {
+    verified: Verified = {
         "store": s.location,
         "ok": not bad,
         "bundles": [{**c.entry.to_json(), **c.report.to_json()} for c in checked],
@@ -185,7 +209,7 @@ def verify_command(
             f"{s.location}: {len(bad)} bundle(s) failed verification",
             hint=f"`neuronc store verify {key} --store {s.location} --repair` mends or drops them",
         )
-    finish_report(data, render, error)
+    finish_report(verified, render, error)
 
 
 @command(store_app, name="publish", epilog="Example: neuronc store publish ./bundle --store s3://bucket/bundles")

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from neuronc.backends.support import public
 from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError
@@ -42,6 +42,31 @@ UNKNOWN = "unknown"
 NOT_RECORDED = "not recorded"
 
 
+class PartJSON(TypedDict):
+    field: str
+    bundle: str
+    image: str
+    checked: bool
+
+
+class DifferenceJSON(TypedDict):
+    field: str
+    bundle: str
+    image: str
+
+
+class VerdictJSON(TypedDict):
+    """``Verdict.to_json()``: what ``--against-image`` and ``deploy``'s ``verdict`` report."""
+
+    image: str
+    source: str
+    backend: str
+    starts_without_compiling: bool
+    differences: list[DifferenceJSON]
+    unchecked: list[str]
+    parts: list[PartJSON]
+
+
 @dataclass(frozen=True)
 class Part(JsonFields):
     field: str
@@ -52,6 +77,9 @@ class Part(JsonFields):
     @property
     def differs(self) -> bool:
         return self.checked and self.bundle != self.image
+
+    def to_json(self) -> PartJSON:  # type: ignore[override]  # the same fields, typed
+        return cast("PartJSON", super().to_json())
 
 
 @dataclass(frozen=True)
@@ -71,7 +99,7 @@ class Verdict:
     def lines(self) -> list[str]:
         return [f"{p.field}: bundle {p.bundle}, image {p.image}" for p in self.differences]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerdictJSON:
         return {
             "image": self.side.name,
             "source": self.side.source,
@@ -249,9 +277,12 @@ def has_verdict(backend: str) -> bool:
 
 __all__ = [
     "BACKENDS",
+    "DifferenceJSON",
     "Part",
+    "PartJSON",
     "ServingSide",
     "Verdict",
+    "VerdictJSON",
     "bundle_verdict",
     "has_verdict",
     "host_verdict",
