@@ -13,7 +13,7 @@ from pathlib import Path
 
 from neuronc.errors import InvalidInputError
 from neuronc.pipeline.context import BuildContext, resolve_build
-from neuronc.pipeline.local import Executor, LocalExecutor
+from neuronc.pipeline.local import BuildBatch, Executor, LocalExecutor
 from neuronc.pipeline.messages import Log, logging_to
 from neuronc.pipeline.report import BuildReport
 from neuronc.pipeline.run import BuildOptions, select_builds
@@ -85,7 +85,7 @@ def compile_profiles(
         )
         if executor is None:
             executor = LocalExecutor()
-        return executor.run(selected, contexts, store=store, options=options, on_report=on_report or _ignore)
+        return executor.run(BuildBatch(selected, contexts, store, options, on_report or _ignore))
 
 
 def _ignore(report: BuildReport) -> None:

@@ -32,21 +32,24 @@ from neuronc.store import BundleStore
 OnReport = Callable[[BuildReport], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class BuildBatch:
+    """The builds of one run, as ``compile_profiles`` hands them to an executor."""
+
+    specs: Sequence[BuildSpec]
+    contexts: Sequence[BuildContext | None]  # ``contexts[i]`` is ``specs[i]`` resolved, or None
+    store: BundleStore | str | os.PathLike[str] | None
+    options: BuildOptions
+    on_report: OnReport
+
+
 class Executor(Protocol):
     """Where the builds of a run are compiled (``neuronc compile --executor``)."""
 
     name: str
 
-    def run(
-        self,
-        specs: Sequence[BuildSpec],
-        contexts: Sequence[BuildContext | None],
-        *,
-        store: BundleStore | str | os.PathLike[str] | None,
-        options: BuildOptions,
-        on_report: OnReport,
-    ) -> list[BuildReport]:
-        """Compile every build (``contexts[i]`` is ``specs[i]`` resolved, or None); one report each, in order."""
+    def run(self, batch: BuildBatch) -> list[BuildReport]:
+        """Compile every build of ``batch``: one report each, in order."""
         ...
 
 
@@ -72,17 +75,10 @@ class LocalExecutor:
     # The pool of the last run (benchmarks and tests read how many workers ran at once).
     pool: WorkPool | None = dataclasses.field(default=None, init=False)
 
-    def run(
-        self,
-        specs: Sequence[BuildSpec],
-        contexts: Sequence[BuildContext | None],
-        *,
-        store: BundleStore | str | os.PathLike[str] | None,
-        options: BuildOptions,
-        on_report: OnReport,
-    ) -> list[BuildReport]:
+    def run(self, batch: BuildBatch) -> list[BuildReport]:
+        specs, contexts, options, on_report = batch.specs, batch.contexts, batch.options, batch.on_report
         availabilities = check_backends(specs)  # only the builds that will run must be able to run here
-        resolved_store = open_store(store)
+        resolved_store = open_store(batch.store)
         budget = self.memory_bytes if self.memory_bytes is not None else available_memory_bytes()
         pool = self.pool = WorkPool(options.jobs, budget)
         options = dataclasses.replace(options, pool=pool)
@@ -132,4 +128,4 @@ class LocalExecutor:
         return [r for r in reports if r is not None]
 
 
-__all__ = ["Executor", "LocalExecutor", "OnReport"]
+__all__ = ["BuildBatch", "Executor", "LocalExecutor", "OnReport"]

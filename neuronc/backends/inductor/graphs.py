@@ -324,17 +324,9 @@ class ExportedGraph:
     """One graph exported (``torch.export``) and ready for AOTInductor: what ``compile_exported`` needs."""
 
     name: str
-    role: str
-    batch: int
-    bucket: int
-    max_length: int
-    dtype_name: str
-    model_type: str
-    vocab_size: int
     wrapper: torch.nn.Module
-    specs: list[dict[str, Any]]
     program: Any  # torch.export.ExportedProgram
-    export_seconds: float
+    metadata: dict[str, Any]  # the fields of ``<name>.json`` known once the graph is exported
 
 
 def export_graph(
@@ -342,27 +334,25 @@ def export_graph(
 ) -> ExportedGraph:
     """Export one graph of ``model`` (built by ``build_model``; several graphs may share it)."""
     config = model.config
-    dtype = DTYPES[dtype_name]
     wrapper = wrapper_for(model, role, bucket)
-    specs = input_specs(config, role, batch, bucket, max_length, dtype)
-    args = example_inputs(specs)
+    specs = input_specs(config, role, batch, bucket, max_length, DTYPES[dtype_name])
     started = time.perf_counter()
     with torch.no_grad():
-        program = torch.export.export(wrapper, args, strict=False)
-    return ExportedGraph(
-        name=name,
-        role=role,
-        batch=batch,
-        bucket=bucket,
-        max_length=max_length,
-        dtype_name=dtype_name,
-        model_type=config.model_type,
-        vocab_size=config.vocab_size,
-        wrapper=wrapper,
-        specs=specs,
-        program=program,
-        export_seconds=time.perf_counter() - started,
-    )
+        program = torch.export.export(wrapper, example_inputs(specs), strict=False)
+    metadata = {
+        "format": GRAPH_FORMAT,
+        "name": name,
+        "role": role,
+        "batch": batch,
+        "bucket": bucket,
+        "max_length": max_length,
+        "dtype": dtype_name,
+        "model_type": config.model_type,
+        "inputs": specs,
+        "output": {"shape": [batch, config.vocab_size], "dtype": "float32"},
+        "export_seconds": round(time.perf_counter() - started, 3),
+    }
+    return ExportedGraph(name, wrapper, program, metadata)
 
 
 def compile_exported(
@@ -402,20 +392,10 @@ def compile_exported(
     save_file({k: v for k, v in owned.items() if k in constants}, str(out_dir / f"{name}.constants.safetensors"))
 
     return {
-        "format": GRAPH_FORMAT,
-        "name": name,
-        "role": graph.role,
-        "batch": graph.batch,
-        "bucket": graph.bucket,
-        "max_length": graph.max_length,
-        "dtype": graph.dtype_name,
-        "model_type": graph.model_type,
+        **graph.metadata,
         "package": f"{name}.pt2",
         "owned_constants": f"{name}.constants.safetensors",
-        "inputs": graph.specs,
-        "output": {"shape": [graph.batch, graph.vocab_size], "dtype": "float32"},
         "constants": constants,
-        "export_seconds": round(graph.export_seconds, 3),
         "aoti_seconds": round(aoti_seconds, 3),
         "torch": torch.__version__,
     }

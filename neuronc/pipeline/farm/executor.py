@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from neuronc.pipeline.farm.cluster import (
 )
 from neuronc.pipeline.farm.task import EventLog, report_from_worker, run_build
 from neuronc.pipeline.identity import BuildIdentity
-from neuronc.pipeline.local import OnReport
+from neuronc.pipeline.local import BuildBatch, OnReport
 from neuronc.pipeline.messages import say
 from neuronc.pipeline.report import BuildReport, BuildStatus
 from neuronc.pipeline.run import BuildOptions, open_store
@@ -59,17 +58,10 @@ class RayExecutor:
     settings: RaySettings = dataclasses.field(default_factory=RaySettings)
     name: str = "ray"
 
-    def run(
-        self,
-        specs: Sequence[BuildSpec],
-        contexts: Sequence[BuildContext | None],
-        *,
-        store: BundleStore | str | os.PathLike[str] | None,
-        options: BuildOptions,
-        on_report: OnReport,
-    ) -> list[BuildReport]:
+    def run(self, batch: BuildBatch) -> list[BuildReport]:
+        specs, contexts, options, on_report = batch.specs, batch.contexts, batch.options, batch.on_report
         ray = import_ray()
-        resolved_store = open_store(store)
+        resolved_store = open_store(batch.store)
         # Each build resolved once, here: the commit, the key and the toolchain it expects travel with its
         # task (``BuildIdentity``); a node builds at that commit and never resolves the revision again.
         resolved = [ctx if ctx is not None else _resolve(spec) for spec, ctx in zip(specs, contexts, strict=True)]
