@@ -472,6 +472,17 @@ def test_tokenizer_json_is_read_as_transformers_reads_it(tmp_path: Path) -> None
     assert direct_reason(tmp_path, {}) == "no tokenizer.json"
 
 
+def test_the_worker_preloads_modules_this_torch_has() -> None:
+    # The preload is only worth something while torch still has these modules (a missing one is
+    # skipped silently at run time, which this test would not let pass unnoticed).
+    import importlib.util
+
+    from neuronc.backends.inductor.worker import SHARED_IMPORTS
+
+    for name in SHARED_IMPORTS:
+        assert importlib.util.find_spec(name) is not None, name
+
+
 def test_the_costliest_graphs_start_first() -> None:
     from neuronc.backends.inductor.build import Pending, _start_order
 
