@@ -254,3 +254,12 @@ def test_ctrl_c_on_a_local_matrix_prints_one_document_and_exits_130(tmp_path: Pa
     assert data["interrupted"] is True and data["exit_code"] == 130
     assert not (tmp_path / "workers.log").exists()  # the workers were stopped
     assert [p.name for p in (store / ".staging").iterdir() if not p.name.endswith(".lock")] == []
+
+
+@pytest.mark.parametrize(("cores", "jobs"), [(1, 2), (2, 3), (4, 6), (64, 66)])
+def test_compile_jobs_default_to_ninjas_choice(monkeypatch: pytest.MonkeyPatch, cores: int, jobs: int) -> None:
+    # One or two more graphs than cores (ninja's -j default), so no core idles at the tail of a build.
+    from neuronc import resources
+
+    monkeypatch.setattr(resources, "available_cpus", lambda: cores)
+    assert resources.default_compile_jobs() == jobs

@@ -44,7 +44,7 @@ JobsOpt = Annotated[
         "--jobs",
         "-j",
         min=1,
-        help="Graphs compiled in parallel (all builds together). Default: the number of cores. "
+        help="Graphs compiled in parallel (all builds together). Default: the cores plus one (two beyond two cores). "
         "With --executor ray: CPUs per build (default: its graphs, at most the largest node's CPUs).",
     ),
 ]

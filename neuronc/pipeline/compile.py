@@ -18,7 +18,7 @@ from neuronc.pipeline.messages import Log, logging_to
 from neuronc.pipeline.report import BuildReport
 from neuronc.pipeline.run import BuildOptions, select_builds
 from neuronc.progress import NULL_PROGRESS, ProgressSink
-from neuronc.resources import default_jobs
+from neuronc.resources import default_compile_jobs
 from neuronc.store import BundleStore
 
 
@@ -44,7 +44,7 @@ def compile_profiles(
         store: a store object, a location (directory, s3://, hf://), or None for the default store.
         out_dir: also place the bundle here (the bundle itself for a single build; one
             sub-directory per bundle when the run has several).
-        jobs: graphs compiled in parallel (default: the number of cores).
+        jobs: graphs compiled in parallel (default: ``default_compile_jobs()``, the cores plus one or two).
         only: build only the builds whose config hash starts with one of these keys.
         revision: the commit every hub model's revision resolves to (a matrix entry's ``revision``):
             the builds are keyed and built at it, whatever the revision points at now.
@@ -77,7 +77,7 @@ def compile_profiles(
             contexts = [resolve_build(spec, strict=False, commit=commit) for spec in specs]
         selected = [c.spec for c in contexts if c is not None] if only else list(specs)
         options = BuildOptions(
-            jobs=jobs or default_jobs(),
+            jobs=jobs or default_compile_jobs(),
             require_hit=require_hit,
             progress=progress,
             out_dir=Path(out_dir) if out_dir is not None else None,

@@ -23,7 +23,7 @@ from neuronc.pipeline.messages import say
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, hit_graphs
 from neuronc.pipeline.timing import StageClock
 from neuronc.progress import NULL_PROGRESS, ProgressSink
-from neuronc.resources import WorkPool, default_jobs
+from neuronc.resources import WorkPool, default_compile_jobs
 from neuronc.spec import BuildSpec
 from neuronc.store import BundleStore
 
@@ -33,7 +33,7 @@ class BuildOptions:
     """What every build of a run shares."""
 
     # Graphs compiled in parallel.
-    jobs: int = field(default_factory=default_jobs)
+    jobs: int = field(default_factory=default_compile_jobs)
     # Never compile: a build not in the store fails with exit 6.
     require_hit: bool = False
     # Where stage and graph progress goes.
