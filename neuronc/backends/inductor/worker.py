@@ -175,6 +175,8 @@ class _Scheduler:
 
     def _reap(self) -> None:
         pid, status = os.wait()
+        if pid not in self.running:  # not one of ours (a process a library started and left)
+            return
         request, started = self.running.pop(pid)
         code = os.waitstatus_to_exitcode(status)
         if code != 0 and not self.failed:
