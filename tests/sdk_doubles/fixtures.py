@@ -153,21 +153,23 @@ def release_packages(version: str) -> dict[str, str]:
     return packages
 
 
+def hide_container_runtimes(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make neuronc find no container runtime by its own setting, never by removing directories from PATH."""
+    nothing = tmp_path_factory.mktemp("no-container-runtime") / "absent-container-runtime"
+    monkeypatch.setenv("NEURONC_CONTAINER_RUNTIME", str(nothing))
+
+
 @pytest.fixture
 def vllm_neuron_host(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Callable[[str], Path]]:
     """``install(version)``: the vllm/vllm_neuron doubles on this host at Neuron SDK ``version``'s versions.
 
-    No container runtime is on PATH meanwhile (this machine has a docker client without an engine).
+    No container runtime is found meanwhile, whatever is installed (this machine has a docker client without
+    an engine): ``NEURONC_CONTAINER_RUNTIME`` names a program that does not exist, which neuronc reads before
+    PATH. PATH itself is left whole: Debian's docker.io puts ``docker`` beside ``sh`` and ``bash`` in /usr/bin.
     """
-    no_runtime = [
-        p
-        for p in os.environ.get("PATH", "").split(os.pathsep)
-        if p and not (Path(p) / "docker").exists() and not (Path(p) / "podman").exists()
-    ]
-    monkeypatch.setenv("PATH", os.pathsep.join(no_runtime))
-    monkeypatch.delenv("NEURONC_CONTAINER_RUNTIME", raising=False)
+    hide_container_runtimes(tmp_path_factory, monkeypatch)
     monkeypatch.setenv("NEURONC_VLLM_NEURON_RUNNER", "auto")
 
     def install(version: str) -> Path:
@@ -232,8 +234,8 @@ def fake_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     docker.chmod(0o755)
     state = root / "state.json"
     state.write_text(json.dumps({"images": {}, "registry": {}, "calls": []}), encoding="utf-8")
-    kept = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "docker").exists()]
-    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *kept]))
+    # First on PATH, it shadows any installed docker; PATH keeps every directory (sh and bash live beside docker).
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")]))
     monkeypatch.setenv("NEURONC_FAKE_RUNTIME_STATE", str(state))
     monkeypatch.delenv("NEURONC_CONTAINER_RUNTIME", raising=False)
     monkeypatch.delenv("NEURONC_VLLM_NEURON_IMAGE", raising=False)
