@@ -28,6 +28,18 @@ knobs forced as an AVX2 machine and as an AVX-512/AMX machine would set them, an
 bytes both times. The files depend on the versions of torch (setup.sh pins 2.13.0) and tokenizers
 that ran it, and on an x86-64 CPU (MKL); ``--check`` says whether this machine reproduces them.
 
+No result may depend on the CPU's maker, and pinning the ISA cannot promise that: an instruction whose
+low bits the vendor defines (``rsqrtps``, ``rcpps``: the manuals bound only their error) returns other
+bits on Intel than on AMD whatever the settings. torch routes some float ops through MKL's vector math
+library (ATen/cpu/vml.h: exp, log, sqrt, sin, cos, tanh ...), whose ``vsSqrt`` starts from ``rsqrtps``
+and is not correctly rounded; MKL_CBWR pins BLAS, not those kernels. So the training calls none of them:
+AdamW runs fused (``fused=True``: ATen's FusedAdamKernel.cpp, whose square root is Vectorized::sqrt,
+the IEEE one) instead of the single-tensor path's ``exp_avg_sq.sqrt()`` (torch.sqrt, MKL's vsSqrt), and
+the rotary tables are computed in float64 by Python's math module and rounded once to float32, each
+checked to lie far enough from a rounding boundary that the float32 value is the correctly rounded one.
+tests/test_demo_model.py compares the optimizer's step with a reference built only from correctly
+rounded operations, bit for bit, and checks that a training step calls no op of vml.h's MKL list.
+
 Training uses a small Llama written here in plain torch rather than transformers' LlamaForCausalLM:
 transformers' weight initialisation and module internals differ between the 4.57 and 5.x series
 neuronc supports, and the bytes must not. The checkpoint uses transformers' key names and layout;
@@ -207,6 +219,53 @@ def init_weights(generator: Any) -> dict[str, Any]:
     return weights
 
 
+def correctly_rounded_float32(values: Sequence[float]) -> Any:
+    """float64 values, each within a few ulps of the exact result, as the correctly rounded float32 tensor.
+
+    One rounding from float64 is exact unless a value lies so near the midpoint between two float32
+    neighbours that its float64 error could carry it across; such a value is refused (none is, for the
+    demo's tables), so the result holds on every CPU whatever libm or MKL would have returned.
+    """
+    import numpy as np
+    import torch
+
+    wide = np.asarray(values, dtype=np.float64)
+    narrow = wide.astype(np.float32)
+    away = np.where(wide > narrow, np.inf, -np.inf).astype(np.float32)
+    midpoint = (narrow.astype(np.float64) + np.nextafter(narrow, away).astype(np.float64)) / 2
+    if not bool((np.abs(wide - midpoint) > 8 * np.spacing(np.abs(wide))).all()):
+        msg = "a rotary table value lies within float64 error of a float32 rounding boundary"
+        raise RuntimeError(msg)
+    return torch.from_numpy(narrow)
+
+
+def rotary_tables() -> tuple[Any, Any]:
+    """cos and sin [WINDOW, HEAD_DIM] of transformers' LlamaRotaryEmbedding (default rope), correctly rounded.
+
+    transformers computes them with float32 torch ops; torch's cos and sin on CPU are MKL's vsCos and
+    vsSin (ATen/cpu/vml.h), so here the angles are float32 as there and their cos and sin are Python's
+    (float64), rounded once.
+    """
+    import torch
+
+    theta = float(str(CONFIG["rope_theta"]))
+    inv_freq = correctly_rounded_float32([1.0 / theta ** (i / HEAD_DIM) for i in range(0, HEAD_DIM, 2)])
+    freqs = torch.outer(torch.arange(WINDOW).float(), inv_freq)
+    angles = torch.cat((freqs, freqs), dim=-1).flatten().tolist()
+    cos = correctly_rounded_float32([math.cos(a) for a in angles]).view(WINDOW, HEAD_DIM)
+    sin = correctly_rounded_float32([math.sin(a) for a in angles]).view(WINDOW, HEAD_DIM)
+    return cos, sin
+
+
+def make_optimizer(parameters: Sequence[Any]) -> Any:
+    """AdamW as the training runs it: fused (its square root is IEEE's; see the module docstring)."""
+    import torch
+
+    return torch.optim.AdamW(
+        list(parameters), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY, fused=True
+    )
+
+
 class TinyLlama:
     """Llama's forward pass over a dict of weights (the semantics of transformers' modeling_llama)."""
 
@@ -214,11 +273,7 @@ class TinyLlama:
         import torch
 
         self.w = weights
-        theta = float(str(CONFIG["rope_theta"]))
-        inv_freq = 1.0 / (theta ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.int64).float() / HEAD_DIM))
-        freqs = torch.outer(torch.arange(WINDOW).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos, self.sin = emb.cos(), emb.sin()
+        self.cos, self.sin = rotary_tables()
         self.mask = torch.full((WINDOW, WINDOW), float("-inf")).triu(1)
 
     def __call__(self, ids: Any, dropout: Any = None) -> Any:
@@ -268,9 +323,7 @@ def train(weights: dict[str, Any], tokens: Any, steps: int, generator: Any) -> l
     import torch.nn.functional as F
 
     model = TinyLlama(weights)
-    optimizer = torch.optim.AdamW(
-        list(weights.values()), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=WEIGHT_DECAY, foreach=False
-    )
+    optimizer = make_optimizer(list(weights.values()))
     bos = torch.full((BATCH, 1), BOS_ID, dtype=torch.long)
     losses = []
     started = time.monotonic()

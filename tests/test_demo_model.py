@@ -80,6 +80,42 @@ def test_demo_defaults_to_the_package_data_from_any_directory(tmp_path: Path) ->
     assert "".join(f"(default {MODEL})".split()) in "".join(proc.stdout.split())
 
 
+@pytest.fixture(scope="module")
+def training_probe() -> dict[str, object]:
+    """tests/_demo_training_probe.py over the trainer, in the trainer's pinned environment (its PINNED_ENV)."""
+    pytest.importorskip("torch")
+    env = {**os.environ, **_trainer().PINNED_ENV}
+    probe = Path(__file__).with_name("_demo_training_probe.py")
+    done = subprocess.run(
+        [sys.executable, str(probe), str(TRAINER)], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_the_trainers_optimizer_step_is_correctly_rounded_bit_for_bit(training_probe: dict[str, object]) -> None:
+    """Issue 38: the shipped bytes must not depend on the CPU's maker. Every value of the trainer's AdamW
+    step equals a reference made only of correctly rounded float32 operations (its square root taken in
+    float64 and rounded once), so no vendor-defined approximation (MKL's vsSqrt starts from ``rsqrtps``)
+    is in it. The control shows the comparison catches that class of bug on any CPU: AdamW's single-tensor
+    path, the trainer's before, takes torch.sqrt (MKL VML's vsSqrt, not correctly rounded) and differs."""
+    report = training_probe
+    assert report["capability"] == "DEFAULT"  # the trainer's ATEN_CPU_CAPABILITY pin reached torch
+    optimizer = report["optimizer"]
+    assert isinstance(optimizer, dict)
+    assert optimizer["trainer"] == {"param": 0, "exp_avg": 0, "exp_avg_sq": 0}
+    assert optimizer["single-tensor"]["param"] > 0
+
+
+def test_a_training_step_calls_no_mkl_vector_math_op(training_probe: dict[str, object]) -> None:
+    """No op that torch routes through MKL's vector math library (vml.h's IMPLEMENT_VML_MKL list: sqrt,
+    exp, log, sin, cos ...) runs while the trainer trains: those kernels choose their code by the CPU and
+    are not correctly rounded, and MKL_CBWR does not pin them. The trainer before issue 38 called cos, sin
+    (its rotary tables) and sqrt (AdamW)."""
+    assert training_probe["vml_ops_called"] == []
+
+
 @pytest.mark.slow
 def test_quickstart_writes_english_and_the_untrained_model_does_not(demo: Demo, tmp_path: Path) -> None:
     from neuronc.backends.inductor.runtime import eager_runner
