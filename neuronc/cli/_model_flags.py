@@ -87,29 +87,32 @@ def profiles_to_build(
                 "Missing argument 'PROFILES'. Pass profile files, or --model with --backend, --target and --max-length."
             )
         return profiles
+    text: str | None = None  # what --save-profile wrote
     if save_to is not None:
         _, text = load_flags_profile(flags, save_to)
-        write_profile(text, save_to)
+        write_profile(text, save_to, hint="choose another --save-profile FILE")
         out.info(f"profile written to {save_to}")
+    if save_to is not None and save_to.is_file():
         path = save_to
-    else:
+    else:  # no --save-profile, or one that is not a file to read back (/dev/stdout, a FIFO)
         tmp = Path(tempfile.mkdtemp(prefix="neuronc-flags-"))
         click.get_current_context().call_on_close(lambda: shutil.rmtree(tmp, ignore_errors=True))
         path = tmp / "profile.yaml"
-        _, text = load_flags_profile(flags, path, relative_model=False)
-        path.write_text(text, encoding="utf-8")
+        _, built = load_flags_profile(flags, path, relative_model=False)
+        path.write_text(built, encoding="utf-8")
+        text = text or built
     if dry_run:
-        _describe(path, text, saved=save_to is not None)
+        _describe(path, text, saved_to=save_to)
         return None
     return [path]
 
 
-def _describe(path: Path, text: str, *, saved: bool) -> None:
+def _describe(path: Path, text: str, *, saved_to: Path | None) -> None:
     """--dry-run: the profile and each build's config hash, as `validate` reports them."""
     from neuronc.cli.profiles import describe_profile
 
     described = describe_profile(path)
-    data = {"dry_run": True, "profile": text, "saved_to": str(path) if saved else None, **described}
+    data = {"dry_run": True, "profile": text, "saved_to": str(saved_to) if saved_to is not None else None, **described}
 
     def render() -> None:
         out.code(text.rstrip("\n"))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from neuronc.errors import InvalidInputError, ProfileError, safe_text
 from neuronc.profile._load import LoadedProfile, parse_profile
+from neuronc.profile._write import write_profile
 
 # Profile field (as the loader names it in a problem) -> the flag that sets it.
 FIELD_FLAGS: dict[str, str] = {
@@ -246,16 +247,6 @@ def refuse_mixing(profiles: Sequence[object], flags: ProfileFlags) -> None:
             hint="a profile sets the model and its shapes: pass either profiles or --model and its flags "
             "(--save-profile FILE writes the flags as a profile you can edit)",
         )
-
-
-def write_profile(text: str, path: Path) -> None:
-    """Write the profile atomically (refusing a directory)."""
-    from neuronc.fsutil import atomic_write_text
-
-    if path.is_dir():
-        raise InvalidInputError(f"--save-profile {path}: is a directory", hint="name a .yaml file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, text)
 
 
 __all__ = [
