@@ -74,6 +74,7 @@ def profiles_to_build(
     profile.yaml). None with ``--dry-run``: the profile and its builds were printed, nothing to build.
     """
     from neuronc.errors import InvalidInputError
+    from neuronc.profile._load import show_profile_as
     from neuronc.profile.from_flags import load_flags_profile, refuse_mixing, write_profile
 
     refuse_mixing(profiles or [], flags)
@@ -100,6 +101,9 @@ def profiles_to_build(
         path = tmp / "profile.yaml"
         _, built = load_flags_profile(flags, path, relative_model=False)
         path.write_text(built, encoding="utf-8")
+        # Reports and failures name the flags, not this file (removed when the command ends).
+        show_profile_as(path, f"--model {flags.model}")
+        click.get_current_context().call_on_close(lambda: show_profile_as(path, None))
         text = text or built
     if dry_run:
         _describe(path, text, saved_to=save_to)

@@ -19,6 +19,9 @@ from neuronc.profile._yaml import TooLarge, YamlTree, format_path
 from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
 
 MAX_PROFILE_BYTES = 256 * 1024
+# Profiles neuronc itself wrote from command-line flags (`compile --model ...`, a temporary file):
+# their path -> how the build is named (``BuildSpec.shown_as``): the flags, not a file the user never saw.
+_SHOWN_AS: dict[str, str] = {}
 SCHEMA_HINT = "see docs/profiles.md, or run `neuronc schema` for the JSON Schema your editor can check against"
 
 
@@ -28,6 +31,14 @@ class LoadedProfile:
     text: str
     builds: list[BuildSpec]
     warnings: list[str] = field(default_factory=list)
+
+
+def show_profile_as(path: str | os.PathLike[str], label: str | None) -> None:
+    """Name the builds of the profile at ``path`` ``label`` in reports and messages (None: forget it)."""
+    if label is None:
+        _SHOWN_AS.pop(os.fspath(path), None)
+    else:
+        _SHOWN_AS[os.fspath(path)] = label
 
 
 def load_profile(path: str | os.PathLike[str], *, check_model_config: bool = True) -> LoadedProfile:
@@ -51,7 +62,11 @@ def load_profile(path: str | os.PathLike[str], *, check_model_config: bool = Tru
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{display}: not UTF-8 text (byte {exc.start})") from None
-    return parse_profile(text, display, base_dir=p.parent, check_model_config=check_model_config)
+    loaded = parse_profile(text, display, base_dir=p.parent, check_model_config=check_model_config)
+    shown_as = _SHOWN_AS.get(os.fspath(path))
+    if shown_as is not None:
+        loaded.builds = [spec.model_copy(update={"shown_as": shown_as}) for spec in loaded.builds]
+    return loaded
 
 
 def parse_profile(
