@@ -150,7 +150,7 @@ def _yaml_document(text: str, display: str, *, strict: bool) -> Any:
     import yaml
 
     from neuronc.jsonfile import depth_of
-    from neuronc.profile._yaml import MAX_YAML_NODES, TooLarge, YamlTree
+    from neuronc.profile import MAX_YAML_NODES, TooLarge, YamlTree
 
     # An honest document has fewer nodes than characters: only aliases can make more.
     tree = YamlTree(display, max_nodes=MAX_YAML_NODES + len(text))

@@ -182,9 +182,7 @@ def write_buckets(path: str | os.PathLike[str], context: Sequence[int], token: S
     """Rewrite the profile at ``path`` in place; return the new text. The profile must load before
     and after, and after with exactly these buckets in every build."""
     from neuronc.fsutil import read_bytes_limited
-    from neuronc.profile import parse_profile
-    from neuronc.profile._load import MAX_PROFILE_BYTES
-    from neuronc.profile._write import write_profile
+    from neuronc.profile import MAX_PROFILE_BYTES, parse_profile, write_profile
 
     p = Path(path)
     # The text as it is (newline="" semantics): CRLF line ends are kept, not turned into LF.

@@ -74,7 +74,7 @@ def profiles_to_build(
     profile.yaml). None with ``--dry-run``: the profile and its builds were printed, nothing to build.
     """
     from neuronc.errors import InvalidInputError
-    from neuronc.profile._load import show_profile_as
+    from neuronc.profile import show_profile_as
     from neuronc.profile.from_flags import load_flags_profile, refuse_mixing, write_profile
 
     refuse_mixing(profiles or [], flags)
