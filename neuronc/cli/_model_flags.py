@@ -93,7 +93,7 @@ def profiles_to_build(
         _, text = load_flags_profile(flags, save_to)
         write_profile(text, save_to, hint="choose another --save-profile FILE")
         out.info(f"profile written to {save_to}")
-    if save_to is not None and save_to.is_file():
+    if save_to is not None and text is not None and save_to.is_file():
         path = save_to
     else:  # no --save-profile, or one that is not a file to read back (/dev/stdout, a FIFO)
         tmp = Path(tempfile.mkdtemp(prefix="neuronc-flags-"))
