@@ -82,6 +82,9 @@ class BuildSpec(StrictModel):
     name: str | None = None
     description: str | None = None
     profile_path: str | None = None
+    # How reports and messages name a build that no profile file of the user's holds (`compile --model
+    # ...`: the flags; its profile is a temporary file): ``label`` uses it instead of ``profile_path``.
+    shown_as: str | None = None
     build_index: int = 0
     matrix_values: dict[str, Any] = Field(default_factory=dict)
     # The Backend object ``backend`` names, bound once where the build is resolved: by the profile
@@ -111,13 +114,13 @@ class BuildSpec(StrictModel):
     @property
     def label(self) -> str:
         """``profile.yaml`` or ``profile.yaml#2`` for matrix builds: how reports name a build."""
-        profile = self.profile_path or "<profile>"
+        profile = self.shown_as or self.profile_path or "<profile>"
         return f"{profile}#{self.build_index}" if self.matrix_values else profile
 
     def normalized(self) -> dict[str, Any]:
         """The compile-relevant profile, normalised (what manifests and `validate` show)."""
         return self.model_dump(
-            mode="json", exclude={"name", "description", "profile_path", "build_index", "matrix_values"}
+            mode="json", exclude={"name", "description", "profile_path", "shown_as", "build_index", "matrix_values"}
         )
 
 

@@ -271,7 +271,7 @@ def test_set_buckets_block_lists_flow_mappings_and_missing_keys() -> None:
     block = "model: {id: m}\nsequence:\n  max_length: 64   # total\n  context_buckets:\n    - 16  # small\n    - 64\nbackend: inductor\n"
     edited = set_buckets(block, {"context_buckets": [8, 32], "token_buckets": [64]})
     assert edited == (
-        "model: {id: m}\nsequence:\n  max_length: 64   # total\n  context_buckets:\n    - 8\n    - 32\n"
+        "model: {id: m}\nsequence:\n  max_length: 64   # total\n  context_buckets:\n    - 8  # small\n    - 32\n"
         "  token_buckets: [64]\nbackend: inductor\n"
     )
     flow = "sequence: {max_length: 64, context_buckets: auto}\n"

@@ -174,3 +174,62 @@ def test_a_loaded_build_carries_its_backend_object_down() -> None:
     with pytest.raises(RuntimeError, match="never bound to its Backend object"):
         backend_of(crossed)
     assert backend_of(bind_backend(crossed)) is backend_of(loaded.builds[0])
+
+
+# -- issue 41 item 4: a local model path is resolved once, at load ------------------------------------
+
+RELATIVE_PROFILE = """\
+model: {id: ./llama}
+backend: optimum-neuron
+target: inf2
+tp_degree: 2
+batch_size: 4
+amp: bf16
+sequence: {max_length: 256, max_context_length: 128}
+weights: presharded
+"""
+
+
+def test_a_relative_local_model_is_absolute_after_load_whatever_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    _local_model(project, heads=4, positions=512).rename(project / "llama")
+    (project / "p.yaml").write_text(RELATIVE_PROFILE)
+    monkeypatch.chdir(tmp_path)
+    [spec] = load_profile("project/p.yaml").builds
+    model = str((project / "llama").resolve())
+    assert spec.model.id == model
+    assert spec.profile_path == "project/p.yaml"  # how reports name the build: as given
+    monkeypatch.chdir(project)
+    [same] = load_profile("p.yaml").builds
+    assert same.model.id == model and same.normalized() == spec.normalized()
+    hub = "meta-llama/Meta-Llama-3.1-8B"
+    [remote] = parse_profile(RELATIVE_PROFILE.replace("./llama", hub), "p.yaml", check_model_config=False).builds
+    assert remote.model.id == hub  # a Hub id stays as written
+
+
+def test_an_isolated_neuron_compile_in_another_directory_sees_the_local_model(
+    sdk_doubles: Path, tiny_llama: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker runs in the build's work directory: a profile named by a relative path used to make it
+    take ``./llama`` for a Hub id (``checkpoint_id: "./llama"`` in neuron_config.json)."""
+    import shutil
+
+    from sdk_doubles.fixtures import make_job
+
+    from neuronc.backends import get_backend
+    from neuronc.backends.neuron.files import is_hub_id
+
+    project = tmp_path / "project"
+    shutil.copytree(tiny_llama, project / "llama")
+    (project / "p.yaml").write_text(RELATIVE_PROFILE)
+    monkeypatch.chdir(tmp_path)
+    [spec] = load_profile("project/p.yaml").builds
+    job = make_job(spec, project / "llama", tmp_path)
+    get_backend("optimum-neuron").compile(job)
+    neuron_config = json.loads((job.artifacts_dir / "neuron_config.json").read_text())
+    assert neuron_config["checkpoint_id"] is None
+    monkeypatch.chdir(job.work_dir)
+    assert not is_hub_id(spec)

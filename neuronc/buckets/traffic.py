@@ -33,13 +33,21 @@ from typing import Any
 from neuronc.errors import InvalidInputError, safe_text
 
 MAX_TRAFFIC_BYTES = 512 * 1024 * 1024
-MAX_SYNTHETIC_SAMPLES = 1_000_000
+# Requests read from any format (a JSONL file, a report, a synthetic spec's samples): enough for any
+# histogram, and a bound on the memory and time a file (or a YAML alias) can make neuronc spend.
+MAX_TRAFFIC_REQUESTS = 1_000_000
+MAX_SYNTHETIC_SAMPLES = MAX_TRAFFIC_REQUESTS
+# A token count beyond this is no request's (the JSONL reader's bound, also for synthetic specs).
+MAX_TOKENS = 1 << 20
+# Nesting no traffic document needs (a GuideLLM report is about 8 deep).
+MAX_DEPTH = 64
 DEFAULT_SYNTHETIC_SAMPLES = 1000
 SYNTHETIC_SEED = 42
 _HINT = (
     'one JSON object per line: {"prompt_tokens": N, "output_tokens": M} or {"prompt": "..."}; '
     "or a GuideLLM benchmark report or synthetic data spec (docs/profiles.md#choosing-buckets)"
 )
+_LIMIT = {"samples": MAX_SYNTHETIC_SAMPLES}
 _SYNTHETIC_KEYS = frozenset(
     f"{kind}_tokens{suffix}" for kind in ("prompt", "output") for suffix in ("", "_stdev", "_min", "_max")
 ) | {"samples", "kind", "source"}
@@ -88,7 +96,7 @@ def load_traffic(path: str | os.PathLike[str], tokenizer: Callable[[], Tokenizer
         raise InvalidInputError(f"{display}:1: not UTF-8 text (byte {exc.start})", hint=_HINT) from None
     if not text.strip():
         raise InvalidInputError(f"{display}: the traffic file is empty", hint=_HINT)
-    whole = _whole_document(text)
+    whole = _whole_document(text, display)
     if isinstance(whole, Mapping) and "benchmarks" in whole:
         return Traffic(_report_requests(whole, display), display, "guidellm-report")
     if isinstance(whole, Mapping) and _is_synthetic_spec(whole, text):
@@ -107,21 +115,61 @@ def _is_synthetic_spec(whole: Mapping[str, Any], text: str) -> bool:
     return whole.get("kind") == "synthetic_text" or not one_request
 
 
-def _whole_document(text: str) -> Any:
-    """The file as one JSON or YAML document, or None when it is not one (JSONL has several)."""
+def _whole_document(text: str, display: str) -> Any:
+    """The file as one JSON or YAML document, or None when it is not one (JSONL has several).
+
+    Refused (InvalidInputError): nesting deeper than MAX_DEPTH, and YAML whose aliases expand past
+    the size of the text itself (the profile loader's node cap: an alias "bomb" of 18 KB would
+    otherwise become millions of requests).
+    """
+    from neuronc.jsonfile import depth_of
+
     try:
-        return json.loads(text)
+        value = json.loads(text)
+    except RecursionError:
+        raise _too_deep(display) from None
     except ValueError:
         pass
+    else:
+        if text.count("[") + text.count("{") > MAX_DEPTH and depth_of(value, MAX_DEPTH) > MAX_DEPTH:
+            raise _too_deep(display)
+        return value
     stripped = text.lstrip()
     if stripped.startswith("{") or "\n{" in text:
         return None  # JSON lines: never YAML
+    return _yaml_document(text, display, strict=False)
+
+
+def _too_deep(display: str) -> InvalidInputError:
+    return InvalidInputError(f"{display}: nested more than {MAX_DEPTH} levels deep", hint=_HINT)
+
+
+def _yaml_document(text: str, display: str, *, strict: bool) -> Any:
+    """Plain YAML through the profile loader's reader (core tags only, nodes capped); None where the
+    text is not YAML, unless ``strict`` (then an InvalidInputError naming ``display``)."""
     import yaml
 
+    from neuronc.jsonfile import depth_of
+    from neuronc.profile import MAX_YAML_NODES, TooLarge, YamlTree
+
+    # An honest document has fewer nodes than characters: only aliases can make more.
+    tree = YamlTree(display, max_nodes=MAX_YAML_NODES + len(text))
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None
+        value = tree.load(text)
+    except TooLarge as exc:
+        raise InvalidInputError(f"{display}: {exc}", hint=_HINT) from None
+    except RecursionError:
+        raise _too_deep(display) from None
+    except yaml.YAMLError as exc:
+        if not strict:
+            return None
+        what = getattr(exc, "problem", None) or str(exc)  # a MarkedYAMLError's problem, without the excerpt
+        raise InvalidInputError(f"{display}: not valid YAML: {safe_text(what, 200)}", hint=_HINT) from None
+    if tree.problems:
+        raise InvalidInputError(f"{display}: {tree.problems[0]}", details=tree.problems[1:], hint=_HINT)
+    if depth_of(value, MAX_DEPTH) > MAX_DEPTH:
+        raise _too_deep(display)
+    return value
 
 
 def _jsonl(text: str, display: str, tokenizer: Callable[[], Tokenizer] | None) -> Traffic:
@@ -153,6 +201,7 @@ def _jsonl(text: str, display: str, tokenizer: Callable[[], Tokenizer] | None) -
         else:
             raise InvalidInputError(f'{where}: needs "prompt_tokens" (an integer) or "prompt" (text)', hint=_HINT)
         requests.append(Request(prompt, output))
+        _check_count(requests, display)
     if not requests:
         raise InvalidInputError(f"{display}: the traffic file has no requests", hint=_HINT)
     return Traffic(requests, display, "jsonl", tokenized)
@@ -185,9 +234,16 @@ def _report_requests(report: Mapping[str, Any], display: str) -> list[Request]:
             if prompt is None or prompt < 1:
                 raise InvalidInputError(f"{where}: no prompt_tokens (GuideLLM records it for every request)")
             requests.append(Request(prompt, output or 0))
+            _check_count(requests, display)
     if not requests:
         raise InvalidInputError(f"{display}: the GuideLLM report has no successful requests")
     return requests
+
+
+def _check_count(requests: list[Request], display: str) -> None:
+    if len(requests) > MAX_TRAFFIC_REQUESTS:
+        msg = f"{display}: more than {MAX_TRAFFIC_REQUESTS} requests; a sample of the traffic is enough"
+        raise InvalidInputError(msg, hint="analyse a sample of the requests (e.g. `shuf -n 100000 FILE`)")
 
 
 def _at(node: Any, path: tuple[str, ...]) -> Any:
@@ -208,14 +264,13 @@ def _report_count(stats: Any, key: str, fallback: tuple[str, ...]) -> int | None
 def _arg_string(text: str, display: str) -> dict[str, Any]:
     """guidellm's ``prompt_tokens=256,output_tokens=128`` form (``utils/arg_string.py``: comma-separated
     ``key=value``, values read as YAML scalars); only flat keys, which is all a synthetic spec uses."""
-    import yaml
-
     spec: dict[str, Any] = {}
     for pair in text.strip().split(","):
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise InvalidInputError(f"{display}:1: {safe_text(pair, 40)!r} is not key=value", hint=_HINT)
-        spec[key.strip()] = yaml.safe_load(value.strip())
+        where = f"{display}:1: {safe_text(key.strip(), 40)}"  # a value that is not YAML: named by its key
+        spec[key.strip()] = _yaml_document(value.strip(), where, strict=True)
     return spec
 
 
@@ -227,28 +282,46 @@ def synthetic_requests(spec: Mapping[str, Any], display: str) -> list[Request]:
     values: dict[str, int | None] = {}
     for key in sorted(_SYNTHETIC_KEYS - {"kind", "source"}):
         value = spec.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InvalidInputError(f"{display}: {key}: must be a positive integer, got {safe_text(value, 40)}")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _LIMIT.get(key, MAX_TOKENS)
+        ):
+            most = _LIMIT.get(key, MAX_TOKENS)
+            raise InvalidInputError(
+                f"{display}: {key}: must be an integer from 1 to {most}, got {safe_text(value, 40)}"
+            )
         values[key] = value
     samples = values["samples"] or DEFAULT_SYNTHETIC_SAMPLES
-    if samples > MAX_SYNTHETIC_SAMPLES:
-        raise InvalidInputError(f"{display}: samples: at most {MAX_SYNTHETIC_SAMPLES}, got {samples}")
     prompt_mean = values["prompt_tokens"]
     if prompt_mean is None:
         raise InvalidInputError(f"{display}: prompt_tokens: required in a synthetic data spec")
+    for kind, mean in (("prompt", prompt_mean), ("output", values["output_tokens"])):
+        if mean is not None:
+            low, high = _range(mean, values, kind)
+            if low > high:
+                raise InvalidInputError(
+                    f"{display}: {kind}_tokens: the minimum {low} is above the maximum {high}",
+                    hint=f"{kind}_tokens_min defaults to max(1, mean - 5 stdev), {kind}_tokens_max to mean + 5 stdev",
+                )
     prompts = _sampler(prompt_mean, values, "prompt", SYNTHETIC_SEED)
     output_mean = values["output_tokens"]
     outputs = _sampler(output_mean, values, "output", SYNTHETIC_SEED + 1) if output_mean is not None else None
     return [Request(next(prompts), next(outputs) if outputs is not None else 0) for _ in range(samples)]
 
 
-def _sampler(mean: int, values: Mapping[str, int | None], kind: str, seed: int) -> Iterator[int]:
-    """guidellm 0.8 ``IntegerRangeSampler``, re-implemented (guidellm is not a dependency)."""
+def _range(mean: int, values: Mapping[str, int | None], kind: str) -> tuple[int, int]:
+    """The [min, max] guidellm samples ``kind`` tokens in (its defaults where the spec gives none)."""
     stdev = values[f"{kind}_tokens_stdev"]
     low = values[f"{kind}_tokens_min"]
     high = values[f"{kind}_tokens_max"]
     low = low if low is not None else max(1, mean - 5 * stdev if stdev else mean)
     high = high if high is not None else (mean + 5 * stdev if stdev else mean)
+    return low, high
+
+
+def _sampler(mean: int, values: Mapping[str, int | None], kind: str, seed: int) -> Iterator[int]:
+    """guidellm 0.8 ``IntegerRangeSampler``, re-implemented (guidellm is not a dependency)."""
+    stdev = values[f"{kind}_tokens_stdev"]
+    low, high = _range(mean, values, kind)
     rng = random.Random(seed)
     while True:
         if low == high:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +16,7 @@ import click
 import neuronc.cli._cli as cli  # not `from neuronc.cli import`: the package imports this module
 from neuronc._output import out, to_json_text
 from neuronc.cli._signals import interrupted, interrupts_recorded
-from neuronc.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, InvalidInputError, NeuroncError
+from neuronc.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, InvalidInputError, NeuroncError, safe_text
 
 app = cli.Group(
     "neuronc",
@@ -156,6 +157,28 @@ def _json_requested(args: Sequence[str]) -> bool:
     return "--json" in args[: args.index("--")] if "--" in args else "--json" in args
 
 
+_COMPLETION_HINT = 'load the completion script your shell runs: eval "$(_NEURONC_COMPLETE=bash_source neuronc)"'
+
+
+def _completion_problem(instruction: str, environ: Mapping[str, str]) -> str | None:
+    """What is wrong with a completion request's variables (None: nothing). The shells' scripts set
+    COMP_WORDS (the command line) and COMP_CWORD: the index of the word being completed (bash, zsh),
+    the word itself (fish)."""
+    shell, _, action = instruction.partition("_")
+    if action != "complete":
+        return None
+    if "COMP_WORDS" not in environ:
+        return "COMP_WORDS is not set (the command line to complete)"
+    if shell == "fish":
+        return None
+    index = environ.get("COMP_CWORD")
+    if index is None:
+        return "COMP_CWORD is not set (the index of the word to complete)"
+    if not re.fullmatch(r"-?[0-9]{1,9}", index, flags=re.ASCII):
+        return f"COMP_CWORD {safe_text(index, 40)!r} is not a word index (an integer)"
+    return None
+
+
 def run_app(args: list[str]) -> int:
     """Run the application; returns the exit code. A failure outside a command's body (a usage error,
     Ctrl-C while arguments are parsed) ends as one inside it does (``command_failed``): with --json
@@ -168,6 +191,9 @@ def run_app(args: list[str]) -> int:
         # neuronc)"` prints the script; the shell then calls back with `bash_complete` (README "Shell completion").
         from click.shell_completion import shell_complete
 
+        problem = _completion_problem(instruction, os.environ)
+        if problem is not None:  # Click would read these with int() and os.environ[...]: a traceback
+            return command_failed(UsageInputError(f"shell completion: {problem}", hint=_COMPLETION_HINT), args=[])
         return shell_complete(app, {}, "neuronc", COMPLETE_VAR, instruction)
     try:
         # What Click's Command.main does, through its documented parts (make_context, invoke): main()

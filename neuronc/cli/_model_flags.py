@@ -74,6 +74,7 @@ def profiles_to_build(
     profile.yaml). None with ``--dry-run``: the profile and its builds were printed, nothing to build.
     """
     from neuronc.errors import InvalidInputError
+    from neuronc.profile import show_profile_as
     from neuronc.profile.from_flags import load_flags_profile, refuse_mixing, write_profile
 
     refuse_mixing(profiles or [], flags)
@@ -87,29 +88,35 @@ def profiles_to_build(
                 "Missing argument 'PROFILES'. Pass profile files, or --model with --backend, --target and --max-length."
             )
         return profiles
+    text: str | None = None  # what --save-profile wrote
     if save_to is not None:
         _, text = load_flags_profile(flags, save_to)
-        write_profile(text, save_to)
+        write_profile(text, save_to, hint="choose another --save-profile FILE")
         out.info(f"profile written to {save_to}")
+    if save_to is not None and text is not None and save_to.is_file():
         path = save_to
-    else:
+    else:  # no --save-profile, or one that is not a file to read back (/dev/stdout, a FIFO)
         tmp = Path(tempfile.mkdtemp(prefix="neuronc-flags-"))
         click.get_current_context().call_on_close(lambda: shutil.rmtree(tmp, ignore_errors=True))
         path = tmp / "profile.yaml"
-        _, text = load_flags_profile(flags, path, relative_model=False)
-        path.write_text(text, encoding="utf-8")
+        _, built = load_flags_profile(flags, path, relative_model=False)
+        path.write_text(built, encoding="utf-8")
+        # Reports and failures name the flags, not this file (removed when the command ends).
+        show_profile_as(path, f"--model {flags.model}")
+        click.get_current_context().call_on_close(lambda: show_profile_as(path, None))
+        text = text or built
     if dry_run:
-        _describe(path, text, saved=save_to is not None)
+        _describe(path, text, saved_to=save_to)
         return None
     return [path]
 
 
-def _describe(path: Path, text: str, *, saved: bool) -> None:
+def _describe(path: Path, text: str, *, saved_to: Path | None) -> None:
     """--dry-run: the profile and each build's config hash, as `validate` reports them."""
     from neuronc.cli.profiles import describe_profile
 
     described = describe_profile(path)
-    data = {"dry_run": True, "profile": text, "saved_to": str(path) if saved else None, **described}
+    data = {"dry_run": True, "profile": text, "saved_to": str(saved_to) if saved_to is not None else None, **described}
 
     def render() -> None:
         out.code(text.rstrip("\n"))

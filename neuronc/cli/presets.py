@@ -117,7 +117,7 @@ def new_command(
         context_buckets, token_buckets, weights,
     )  # fmt: skip
     loaded, text = load_flags_profile(flags, path)
-    write_profile(text, path)
+    write_profile(text, path, hint="choose another PATH")
     data = {"path": str(path), "profile": text, "builds": len(loaded.builds)}
 
     def render() -> None:

@@ -125,7 +125,7 @@ class BuildReport:
     def for_spec(cls, spec: BuildSpec, status: BuildStatus, **fields: Any) -> BuildReport:
         """A report of ``spec`` with ``status`` and the other ``fields`` given."""
         return cls(
-            profile=spec.profile_path or "<profile>",
+            profile=spec.shown_as or spec.profile_path or "<profile>",
             build_index=spec.build_index,
             status=status,
             model=spec.model.id,

@@ -16,9 +16,12 @@ from neuronc.profile._checks import LenientView, check_backend_fields, check_mod
 from neuronc.profile._matrix import apply_combo, check_matrix_shape, matrix_combinations
 from neuronc.profile._schema import ProfileModel, is_union_branch, pydantic_message, raw_at
 from neuronc.profile._yaml import TooLarge, YamlTree, format_path
-from neuronc.spec import BuildSpec, ResolvedSequence
+from neuronc.spec import BuildSpec, ModelSection, ResolvedSequence
 
 MAX_PROFILE_BYTES = 256 * 1024
+# Profiles neuronc itself wrote from command-line flags (`compile --model ...`, a temporary file):
+# their path -> how the build is named (``BuildSpec.shown_as``): the flags, not a file the user never saw.
+_SHOWN_AS: dict[str, str] = {}
 SCHEMA_HINT = "see docs/profiles.md, or run `neuronc schema` for the JSON Schema your editor can check against"
 
 
@@ -28,6 +31,14 @@ class LoadedProfile:
     text: str
     builds: list[BuildSpec]
     warnings: list[str] = field(default_factory=list)
+
+
+def show_profile_as(path: str | os.PathLike[str], label: str | None) -> None:
+    """Name the builds of the profile at ``path`` ``label`` in reports and messages (None: forget it)."""
+    if label is None:
+        _SHOWN_AS.pop(os.fspath(path), None)
+    else:
+        _SHOWN_AS[os.fspath(path)] = label
 
 
 def load_profile(path: str | os.PathLike[str], *, check_model_config: bool = True) -> LoadedProfile:
@@ -51,7 +62,11 @@ def load_profile(path: str | os.PathLike[str], *, check_model_config: bool = Tru
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProfileError(f"{display}: not UTF-8 text (byte {exc.start})") from None
-    return parse_profile(text, display, base_dir=p.parent, check_model_config=check_model_config)
+    loaded = parse_profile(text, display, base_dir=p.parent, check_model_config=check_model_config)
+    shown_as = _SHOWN_AS.get(os.fspath(path))
+    if shown_as is not None:
+        loaded.builds = [spec.model_copy(update={"shown_as": shown_as}) for spec in loaded.builds]
+    return loaded
 
 
 def parse_profile(
@@ -181,7 +196,7 @@ def _build_one(
     seq = model.sequence
     target = model.target
     spec = BuildSpec(
-        model=model.model,
+        model=_resolved_model(model.model, base_dir),
         backend=model.backend,
         target=target,
         tp_degree=model.tp_degree,
@@ -206,6 +221,20 @@ def _build_one(
     for found in backend.check_spec(spec):
         problem(found.path, found.message)
     return None if len(problems) > count_before else spec
+
+
+def _resolved_model(model: ModelSection, base_dir: Path | None) -> ModelSection:
+    """``model`` with a local directory made absolute, once, here: relative to the profile's
+    directory as the checks above read it. Every later reader (the keys, a Neuron backend's
+    isolated compile in its own work directory, an export's ``checkpoint_id``, a Ray task on
+    another node) then sees the same directory whatever its working directory is; a Hub id stays as
+    written."""
+    from neuronc.model.files import local_model_dir
+
+    directory = local_model_dir(model.id, base_dir)
+    if directory is None or model.id == str(directory):
+        return model
+    return model.model_copy(update={"id": str(directory)})
 
 
 def _validate_schema(

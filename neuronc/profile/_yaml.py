@@ -34,8 +34,9 @@ class YamlTree:
     again as missing or ``None``.
     """
 
-    def __init__(self, filename: str) -> None:
+    def __init__(self, filename: str, *, max_nodes: int = MAX_YAML_NODES) -> None:
         self.filename = filename
+        self.max_nodes = max_nodes
         self.key_pos: dict[tuple[Any, ...], Position] = {}
         self.value_pos: dict[tuple[Any, ...], Position] = {}
         self.problems: list[str] = []
@@ -54,8 +55,8 @@ class YamlTree:
 
     def _walk(self, loader: yaml.SafeLoader, node: yaml.Node, path: tuple[Any, ...]) -> Any:
         self._nodes += 1
-        if self._nodes > MAX_YAML_NODES:
-            msg = f"more than {MAX_YAML_NODES} YAML nodes (aliases expanding?)"
+        if self._nodes > self.max_nodes:
+            msg = f"more than {self.max_nodes} YAML nodes (aliases expanding?)"
             raise TooLarge(msg)
         self.value_pos[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if node.tag not in _ALLOWED_TAGS:

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from neuronc.errors import InvalidInputError, ProfileError
+from neuronc.errors import InvalidInputError, ProfileError, safe_text
 from neuronc.profile._load import LoadedProfile, parse_profile
+from neuronc.profile._write import write_profile
 
 # Profile field (as the loader names it in a problem) -> the flag that sets it.
 FIELD_FLAGS: dict[str, str] = {
@@ -42,6 +43,9 @@ FIELD_FLAGS: dict[str, str] = {
 }
 # The flags that only describe a model (and that a profile argument already sets).
 MODEL_FLAGS = tuple(dict.fromkeys(FIELD_FLAGS.values()))
+_DECIMAL = re.compile(r"[0-9]+", flags=re.ASCII)
+# No bucket is longer than a 64-bit integer prints (the profile loader refuses larger ones too).
+_MAX_BUCKET_DIGITS = 19
 _PROBLEM = re.compile(r"^(?P<file>.*?):(?P<line>\d+):(?P<col>\d+): (?P<field>[^:]+): (?P<message>.*)$")
 
 
@@ -83,13 +87,22 @@ def parse_buckets(value: str, flag: str) -> list[int] | str:
     text = value.strip()
     if text == "auto":
         return "auto"
-    items = [part.strip() for part in text.split(",") if part.strip()]
-    if not items or not all(item.isdigit() and int(item) > 0 for item in items):
+    items = [part.strip() for part in text.split(",")]
+    hint = f"e.g. {flag} 512,1024 (or {flag} auto)"
+    # ASCII digits only: str.isdigit() also holds for '²' and '٣', which int() then refuses or reads.
+    if not items or not all(_DECIMAL.fullmatch(item) for item in items):
+        shown = safe_text(repr(value), 60) + (f" ({len(value)} characters)" if len(value) > 60 else "")
         raise InvalidInputError(
-            f"{flag} {value!r}: not a comma-separated list of positive integers, nor 'auto'",
-            hint=f"e.g. {flag} 512,1024 (or {flag} auto)",
+            f"{flag} {shown}: not a comma-separated list of positive integers, nor 'auto'", hint=hint
         )
-    return [int(item) for item in items]
+    too_large = next((item for item in items if len(item.lstrip("0")) > _MAX_BUCKET_DIGITS), None)
+    if too_large is not None:
+        shown = f"{too_large[:24]}… ({len(too_large)} digits)" if len(too_large) > 24 else too_large
+        raise InvalidInputError(f"{flag} {shown}: an integer too large", hint=hint)
+    buckets = [int(item) for item in items]
+    if not all(bucket > 0 for bucket in buckets):
+        raise InvalidInputError(f"{flag} {value!r}: buckets are positive integers", hint=hint)
+    return buckets
 
 
 def _required(flags: ProfileFlags) -> None:
@@ -234,16 +247,6 @@ def refuse_mixing(profiles: Sequence[object], flags: ProfileFlags) -> None:
             hint="a profile sets the model and its shapes: pass either profiles or --model and its flags "
             "(--save-profile FILE writes the flags as a profile you can edit)",
         )
-
-
-def write_profile(text: str, path: Path) -> None:
-    """Write the profile atomically (refusing a directory)."""
-    from neuronc.fsutil import atomic_write_text
-
-    if path.is_dir():
-        raise InvalidInputError(f"--save-profile {path}: is a directory", hint="name a .yaml file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, text)
 
 
 __all__ = [
