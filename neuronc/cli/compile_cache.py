@@ -10,7 +10,7 @@ from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.cli.cache import cache_app
-from neuronc.errors import InvalidInputError
+from neuronc.errors import InvalidInputError, printable
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
     status = _status(cache_dir)
 
     def render() -> None:
-        out.print(f"Compile cache {status.root} ({status.source})")
+        out.code(f"Compile cache {printable(str(status.root))} ({status.source})")
         if not status.root.is_dir():
             out.print("  (does not exist)")
             return
@@ -49,7 +49,7 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
             counts = usage.counts
             current = {True: "yes", False: "no", None: "?"}[usage.current]
             states = [counts["complete"], counts["failed"], counts["locked"], counts["empty"]]
-            rows.append([usage.folder, *states, format_bytes(usage.bytes), current])
+            rows.append([printable(usage.folder), *states, format_bytes(usage.bytes), current])
         numbers = ("complete", "failed", "locked", "empty", "disk")
         out.table(
             ["compiler", *numbers, "installed"], rows, justify=dict.fromkeys(numbers, "right"), optional=["installed"]
@@ -59,6 +59,8 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
         failed = status.to_json()["counts"]["failed"]
         if failed:
             out.print(f"{plural(failed, 'failed entry', 'failed entries')}: later compiles of those graphs fail")
+        for path, why in status.unreadable:
+            out.warning(f"{printable(path)}: {why} (not counted)")
 
     out.result(status.to_json(), render)
 
@@ -86,22 +88,27 @@ def cache_cleanup_command(
     if not (failed or stale_locks or old_versions or empty):
         failed = stale_locks = True
     status = _status(cache_dir)
-    removals = plan_cleanup(status, failed=failed, stale_locks=stale_locks, old_versions=old_versions, empty=empty)
+    plan = plan_cleanup(status, failed=failed, stale_locks=stale_locks, old_versions=old_versions, empty=empty)
+    removals = plan.removals
     problems = [] if dry_run else apply_cleanup(removals)
     freed = sum(r.bytes for r in removals)
+    skipped = [*plan.skipped, *((path, f"{why}: not looked at") for path, why in status.unreadable)]
     data = {
         "cache_dir": str(status.root),
         "dry_run": dry_run,
         "removed": [r.to_json() for r in removals],
         "bytes": freed,
         "problems": problems,
+        "skipped": [{"path": path, "reason": why} for path, why in skipped],
     }
 
     def render() -> None:
         verb = "would remove" if dry_run else "removed"
         for removal in removals:
-            out.code(f"{verb} {removal.reason}: {removal.path}")
+            out.code(f"{verb} {removal.reason}: {printable(str(removal.path))}")
         out.print(f"{verb} {plural(len(removals), 'item')}, {format_bytes(freed)}")
+        for path, why in skipped:
+            out.warning(f"kept {printable(path)}: {why}")
         for problem in problems:
             out.warning(problem)
 
