@@ -394,7 +394,11 @@ def complete_modules(root: str | os.PathLike[str] | None) -> set[str]:
     except OSError:
         return found
     for folder in folders:
-        for module in folder.iterdir():
+        try:
+            modules = _listing(folder)
+        except OSError:
+            continue  # another user's folder: none of its entries is this export's
+        for module in modules:
             done = (module / "model.done").is_file() and (module / "model.neff").is_file()
             if module.name.startswith(MODULE_PREFIX) and done:
                 found.add(f"{folder.name}/{module.name}")
