@@ -433,3 +433,26 @@ def safe_text(value: object, limit: int = 200) -> str:
     text = str(value)
     text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text[: limit * 2])
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print and to put in JSON: bytes that are not UTF-8 and control characters escaped.
+
+    The one escaping of a name from a file, a directory listing or a cache (a model id, a cache folder,
+    a registry path) before it goes into a message, a table or a generated document: line feeds too,
+    since a name is one line.
+
+    File names come from a directory listing (``os.scandir`` keeps undecodable bytes as lone
+    surrogates) or a server, strings from JSON documents may hold lone surrogates (``"\\ud800"``);
+    none of them may reach a terminal or ``--json`` raw.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            text = os.fsencode(text).decode("utf-8", "backslashreplace")  # the bytes of a file name
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate from JSON
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

@@ -133,25 +133,54 @@ def atomic_write_bytes(
         target.parent.mkdir(parents=True, exist_ok=True)
     except FileExistsError:  # a parent is a file (or a link to one): say so, not "File exists"
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target.parent)) from None
-    import tempfile  # lazily: a store hit never writes a temporary file
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError) and foreign_row(exc) is DISK_FULL:
+        directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except PermissionError:  # a folder one may write but not list: a path-only descriptor still names it
+        directory = os.open(target.parent, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        atomic_write_at(directory, target.name, data, fsync=fsync, mode=mode)
+    except OSError as exc:
+        if foreign_row(exc) is DISK_FULL:
             raise disk_full_error(target, len(data), exc) from None
         raise
+    finally:
+        os.close(directory)
+
+
+def atomic_write_at(directory: int, name: str, source: bytes | int, *, fsync: bool = True, mode: int = 0o644) -> int:
+    """Write ``source`` (bytes, or an open descriptor to copy from) as ``name`` in the open ``directory``.
+
+    Through a temporary file of a unique name, created exclusively (``O_EXCL | O_NOFOLLOW``: a link
+    planted at any name is never written through), and a rename over ``name``; the temporary file
+    is removed on any failure, Ctrl-C included. The bytes written.
+    """
+    import secrets  # lazily: a store hit never writes a temporary file
+
+    tmp = f".{name[:200]}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory)
+    written = 0
+    try:
+        try:
+            chunks = iter([source]) if isinstance(source, bytes) else iter(lambda: os.read(source, 1 << 20), b"")
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+                written += len(chunk)
+            if fsync:
+                os.fsync(fd)
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=directory)
+        raise
     if fsync:
-        fsync_dir(target.parent)
+        with contextlib.suppress(OSError):
+            os.fsync(directory)
+    return written
 
 
 def _write_through(target: Path, data: bytes, mode: int) -> None:
@@ -260,22 +289,22 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
 
 
 def tree_bytes(path: Path) -> int:
-    """Bytes used by the regular files under ``path`` (symlinks are not followed)."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return 0
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    """Bytes used by the regular files under ``path``: links are not followed, unreadable folders are
+    counted as empty, and the walk keeps its own stack (a tree nested thousands of levels deep is no
+    RecursionError)."""
     total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                s = os.lstat(os.path.join(dirpath, name))
-            except OSError:
+    stack = [os.fspath(path)]
+    while stack:
+        current = stack.pop()
+        try:
+            info = os.lstat(current)
+            if not stat.S_ISDIR(info.st_mode):
+                total += info.st_size if stat.S_ISREG(info.st_mode) else 0
                 continue
-            if stat.S_ISREG(s.st_mode):
-                total += s.st_size
+            with os.scandir(current) as it:
+                stack.extend(entry.path for entry in it)
+        except OSError:
+            continue
     return total
 
 
@@ -458,25 +487,3 @@ def walk_files(
             else:
                 skip(rel, f"nested more than {max_depth} levels deep")
         stack.extend(reversed(subdirs))
-
-
-__all__ = [
-    "DirScan",
-    "NotRegularFileError",
-    "TreeEntry",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "check_free_space",
-    "disk_full_error",
-    "file_kind",
-    "format_bytes",
-    "free_bytes",
-    "fsync_dir",
-    "open_regular",
-    "output_error",
-    "plural",
-    "read_bytes_limited",
-    "scan_dir",
-    "walk_files",
-    "write_output",
-]

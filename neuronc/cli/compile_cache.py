@@ -10,7 +10,7 @@ from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
 from neuronc.cli._options import JsonOpt
 from neuronc.cli.cache import cache_app
-from neuronc.errors import InvalidInputError
+from neuronc.errors import InvalidInputError, RemoteStoreError, printable
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
     status = _status(cache_dir)
 
     def render() -> None:
-        out.print(f"Compile cache {status.root} ({status.source})")
+        out.code(f"Compile cache {printable(str(status.root))} ({status.source})")
         if not status.root.is_dir():
             out.print("  (does not exist)")
             return
@@ -49,7 +49,7 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
             counts = usage.counts
             current = {True: "yes", False: "no", None: "?"}[usage.current]
             states = [counts["complete"], counts["failed"], counts["locked"], counts["empty"]]
-            rows.append([usage.folder, *states, format_bytes(usage.bytes), current])
+            rows.append([printable(usage.folder), *states, format_bytes(usage.bytes), current])
         numbers = ("complete", "failed", "locked", "empty", "disk")
         out.table(
             ["compiler", *numbers, "installed"], rows, justify=dict.fromkeys(numbers, "right"), optional=["installed"]
@@ -59,6 +59,8 @@ def cache_status_command(cache_dir: CacheDirOpt = None, json_out: JsonOpt = Fals
         failed = status.to_json()["counts"]["failed"]
         if failed:
             out.print(f"{plural(failed, 'failed entry', 'failed entries')}: later compiles of those graphs fail")
+        for path, why in status.unreadable:
+            out.warning(f"{printable(path)}: {why} (not counted)")
 
     out.result(status.to_json(), render)
 
@@ -86,22 +88,27 @@ def cache_cleanup_command(
     if not (failed or stale_locks or old_versions or empty):
         failed = stale_locks = True
     status = _status(cache_dir)
-    removals = plan_cleanup(status, failed=failed, stale_locks=stale_locks, old_versions=old_versions, empty=empty)
+    plan = plan_cleanup(status, failed=failed, stale_locks=stale_locks, old_versions=old_versions, empty=empty)
+    removals = plan.removals
     problems = [] if dry_run else apply_cleanup(removals)
     freed = sum(r.bytes for r in removals)
+    skipped = [*plan.skipped, *((path, f"{why}: not looked at") for path, why in status.unreadable)]
     data = {
         "cache_dir": str(status.root),
         "dry_run": dry_run,
         "removed": [r.to_json() for r in removals],
         "bytes": freed,
         "problems": problems,
+        "skipped": [{"path": path, "reason": why} for path, why in skipped],
     }
 
     def render() -> None:
         verb = "would remove" if dry_run else "removed"
         for removal in removals:
-            out.code(f"{verb} {removal.reason}: {removal.path}")
+            out.code(f"{verb} {removal.reason}: {printable(str(removal.path))}")
         out.print(f"{verb} {plural(len(removals), 'item')}, {format_bytes(freed)}")
+        for path, why in skipped:
+            out.warning(f"kept {printable(path)}: {why}")
         for problem in problems:
             out.warning(problem)
 
@@ -138,12 +145,17 @@ def cache_synchronize_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Publish bundles' compiled graphs in optimum-neuron 0.4.5's cache layout (MODULE_* + 0_REGISTRY entry)."""
-    from neuronc.hubcache.publish import collect, upload, write_tree
+    from neuronc.hubcache.layout import hub_id_problem
+    from neuronc.hubcache.publish import collect, upload
+    from neuronc.hubcache.publish_tree import write_tree
     from neuronc.hubcache.sources import DEFAULT_CACHE_REPO, resolve_cache_repo
+    from neuronc.model.hfcache import hub_offline
 
     out.configure(json_mode=json_out)
     if to is not None and repo is not None:
         raise InvalidInputError("--to and --repo are exclusive", hint="--to writes a directory, --repo uploads")
+    if model_id is not None and (problem := hub_id_problem(model_id, "--model-id")) is not None:
+        raise InvalidInputError(problem, hint="the Hub id the model comes from, such as my-org/Llama-3.1-8B")
     publications = [collect(b, cache_dir=cache_dir, model_id=model_id) for b in bundles]
     ok = any(p.publishable for p in publications)
     data: dict[str, object] = {"ok": ok, "bundles": [p.to_json() for p in publications]}
@@ -157,16 +169,21 @@ def cache_synchronize_command(
                 f"no cache repository to write: {DEFAULT_CACHE_REPO} is AWS's public cache",
                 hint="pass --repo ORG/NAME, set CUSTOM_CACHE_REPO, or `optimum-cli neuron cache set ORG/NAME`",
             )
+        if ok and hub_offline():
+            raise RemoteStoreError(
+                "HF_HUB_OFFLINE is set: uploading to a Hub cache repository needs the Hub",
+                hint="unset HF_HUB_OFFLINE, or write the tree into a directory with --to DIR",
+            )
         data.update({"repo": repo_id, "repo_from": why, "upload": upload(publications, repo_id)})
 
     def render() -> None:
         for pub in publications:
             if pub.publishable:
-                out.code(f"published {pub.bundle}: {pub.registry_path}")
+                out.code(f"published {printable(pub.bundle)}: {pub.registry_path}")
             for reason in pub.skipped:
-                out.warning(f"{pub.bundle}: not published: {reason}")
+                out.warning(f"{printable(pub.bundle)}: not published: {reason}")
         if to is not None:
-            out.print(f"Use it with: neuronc cache-lookup MODEL --snapshot {to}")
+            out.code(f"Use it with: neuronc cache-lookup MODEL --snapshot {printable(str(to))}")
 
     out.result(data, render)
     if not ok:

@@ -17,11 +17,12 @@ the same entry: entries are de-duplicated by (compiler folder, optimum-neuron ve
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from neuronc.errors import printable as printable  # the one escaping of names from files and caches
 
 COMPILER_PREFIX = "neuronxcc-"
 REGISTRY_DIR = "0_REGISTRY"
@@ -88,25 +89,6 @@ def version_matches(version: str | None, wanted: str) -> bool:
     have = re.split(r"[.+]", version)
     want = re.split(r"[.+]", wanted)
     return have[: len(want)] == want
-
-
-def printable(text: str) -> str:
-    """``text`` safe to print and to put in JSON: bytes that are not UTF-8 and control characters escaped.
-
-    File names come from a directory listing (``os.scandir`` keeps undecodable bytes as lone
-    surrogates) or a server, strings from JSON documents may hold lone surrogates (``"\\ud800"``);
-    none of them may reach a terminal or ``--json`` raw.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        try:
-            text = os.fsencode(text).decode("utf-8", "backslashreplace")  # the bytes of a file name
-        except UnicodeEncodeError:
-            text = text.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate from JSON
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def json_safe(value: Any) -> Any:
