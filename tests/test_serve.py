@@ -168,7 +168,7 @@ def test_access_log_has_one_line_per_request(server: Server) -> None:
     time.sleep(0.2)
     lines = server.access_lines()[before:]
     assert len(lines) == 3, lines
-    assert '"POST /v1/completions" 200 prompt_tokens=' in lines[0] and "completion_tokens=3" in lines[0]
+    assert '"POST /v1/completions" 200 id=cmpl-' in lines[0] and "completion_tokens=3" in lines[0]
     assert '"POST /v1/completions" 400' in lines[1] and "top_p" in lines[1]
     assert '"GET /health" 200' in lines[2]
 

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from neuronc.errors import NeuroncError
 from neuronc.serve.chat import ChatTemplate
 from neuronc.serve.engine import Engine, Event, Job, QueueFull, ShuttingDown
 from neuronc.serve.protocol import (
@@ -100,10 +101,10 @@ def _error(exc: RequestError, request: Request, headers: dict[str, str] | None =
     return JSONResponse(exc.to_json(), status_code=exc.status, headers=headers)
 
 
-def _prompt_ids(state: ServeState, req: GenerationRequest) -> list[int]:
+async def _prompt_ids(state: ServeState, req: GenerationRequest) -> list[int]:
     if req.kind == "chat":
         assert state.chat is not None  # the route exists only with a template
-        return state.chat.encode(req.messages)
+        return await asyncio.to_thread(state.chat.encode, req.messages)  # may wait for transformers to load
     if isinstance(req.prompt, str):
         return state.encode(req.prompt)
     ids = list(req.prompt or ())
@@ -126,7 +127,7 @@ async def _generate(state: ServeState, request: Request, kind: Kind) -> Response
         if req.model is not None and req.model != state.model_name:
             msg = f"model {req.model!r} is not served here; this server serves {state.model_name!r}"
             raise RequestError(msg, param="model", status=404)
-        prompt_ids = _prompt_ids(state, req)
+        prompt_ids = await _prompt_ids(state, req)
         limit_field = "max_tokens" if kind == "completion" else "max_completion_tokens"
         max_tokens = state.engine.check_limits(len(prompt_ids), req.sampling.max_tokens, limit_field)
         job = Job(prompt_ids, req.sampling, max_tokens, req.stream, notify)
@@ -142,6 +143,8 @@ async def _generate(state: ServeState, request: Request, kind: Kind) -> Response
         return _error(RequestError(msg, status=429), request, headers)
     except ShuttingDown:
         return _error(RequestError("the server is shutting down", status=503), request)
+    except NeuroncError as exc:  # the chat template's tokenizer did not load
+        return _error(RequestError(exc.message, status=500), request)
 
     if req.stream:
         body = _stream(state, req, job, events, rid, created, info)

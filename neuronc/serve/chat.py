@@ -5,12 +5,13 @@
 beside it, the places transformers reads). The template is applied by
 ``PreTrainedTokenizerBase.apply_chat_template`` (``add_generation_prompt=True``, tokenized as the
 template's text says: no special tokens added again), so the prompt is the one the model was trained
-on; transformers is imported only for such bundles, when the server starts.
+on; transformers is imported only for such bundles, in the background once the server starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +34,39 @@ def has_chat_template(model_dir: Path) -> bool:
 
 
 class ChatTemplate:
-    """``encode(messages)``: the prompt token ids of a conversation, ready for the assistant's turn."""
+    """``encode(messages)``: the prompt token ids of a conversation, ready for the assistant's turn.
+
+    transformers is imported and the tokenizer loaded in a thread of its own, started here: that
+    takes seconds (longer than loading the graphs), and completions need none of it, so the server
+    answers /health and completions meanwhile; a chat request that comes first waits for it.
+    """
 
     def __init__(self, model_dir: Path) -> None:
-        import transformers
+        self._model_dir = model_dir
+        self._tokenizer: Any = None
+        self._error: Exception | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._load, name="neuronc-serve-chat-template", daemon=True).start()
 
-        auto: Any = transformers.AutoTokenizer
+    def _load(self) -> None:
         try:
-            self._tokenizer = auto.from_pretrained(str(model_dir), local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise BundleFormatError(f"{model_dir}: cannot load the tokenizer for its chat template: {exc}") from None
+            import transformers
+
+            auto: Any = transformers.AutoTokenizer
+            self._tokenizer = auto.from_pretrained(str(self._model_dir), local_files_only=True)
+        except (ImportError, OSError, ValueError) as exc:
+            self._error = BundleFormatError(
+                f"{self._model_dir}: cannot load the tokenizer for its chat template: {exc}"
+            )
+        finally:
+            self._ready.set()
 
     def encode(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        """Blocks until the tokenizer is loaded (call it off the event loop)."""
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
         ids = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict):  # transformers 5 returns a BatchEncoding
+        if isinstance(ids, Mapping):  # transformers 5 returns a BatchEncoding
             ids = ids["input_ids"]
         return [int(t) for t in ids]

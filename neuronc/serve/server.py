@@ -125,15 +125,18 @@ def serve(
     from neuronc.serve.chat import ChatTemplate, has_chat_template
     from neuronc.serve.engine import Engine
 
-    # Warmed up by the engine's own thread (Engine.start), not here.
-    runner: Any = runnable_backend(target.bundle).load(target.bundle, warmup=False)  # type: ignore[call-arg]
+    runnable_backend(target.bundle)  # exit 5 if the backend cannot run here (no torch: the cpu extra)
+    from neuronc.backends.inductor.runtime import load
+
+    runner = load(target.bundle, warmup=False)  # warmed up by the engine's own thread (Engine.start)
     if not runner.has_tokenizer:
         raise BundleFormatError(f"{target.bundle}: the bundle has no tokenizer; neuronc serve needs one")
     runner.tokenizer  # noqa: B018  (loaded now, not by the first request)
-    chat = ChatTemplate(runner.model_dir) if has_chat_template(runner.model_dir) else None
     engine = Engine(runner, max_queue=max_queue)
     engine.start()
     runner.load_seconds = time.perf_counter() - started
+    # After the graphs: its transformers import (seconds) runs in the background (chat.ChatTemplate).
+    chat = ChatTemplate(runner.model_dir) if has_chat_template(runner.model_dir) else None
     state = ServeState(engine, target.model_name, target.bundle_key, runner.encode, runner.vocab_size, chat)
     sock = bind(host, port)
     bound = sock.getsockname()
