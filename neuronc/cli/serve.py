@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
-from neuronc.errors import EnvironmentIncompatibleError
+from neuronc.errors import MISSING_LIBRARY
 
 if TYPE_CHECKING:
     from neuronc.backends.inductor.runner import InductorRunner
@@ -59,8 +59,8 @@ def serve_command(
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        msg = f"neuronc serve needs the serve extra ({exc.name} is not installed)"
-        raise EnvironmentIncompatibleError(msg, hint="pip install 'neuronc[cpu,serve]'") from None
+        doing = "neuronc serve needs the serve extra (uvicorn, starlette)"
+        raise MISSING_LIBRARY.convert(exc, doing, hint="pip install 'neuronc[cpu,serve]'") from None
     from neuronc.serve.server import apply_environment, check_bundle, serve
 
     apply_environment()
@@ -70,7 +70,7 @@ def serve_command(
     )
 
 
-def _announce(state: ServeState, runner: InductorRunner, host: str, port: int, chat: bool, *_: Any) -> None:
+def _announce(state: ServeState, runner: InductorRunner, host: str, port: int, chat: bool) -> None:
     shown = f"[{host}]" if ":" in host else host
     routes = "/v1/completions, /v1/chat/completions" if chat else "/v1/completions"
     sys.stderr.write(

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from neuronc.errors import BundleFormatError
+from neuronc.errors import MISSING_LIBRARY, BundleFormatError, NeuroncError
 
 _TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
@@ -44,7 +44,7 @@ class ChatTemplate:
     def __init__(self, model_dir: Path) -> None:
         self._model_dir = model_dir
         self._tokenizer: Any = None
-        self._error: Exception | None = None
+        self._error: NeuroncError | None = None
         self._ready = threading.Event()
         threading.Thread(target=self._load, name="neuronc-serve-chat-template", daemon=True).start()
 
@@ -54,10 +54,11 @@ class ChatTemplate:
 
             auto: Any = transformers.AutoTokenizer
             self._tokenizer = auto.from_pretrained(str(self._model_dir), local_files_only=True)
-        except (ImportError, OSError, ValueError) as exc:
-            self._error = BundleFormatError(
-                f"{self._model_dir}: cannot load the tokenizer for its chat template: {exc}"
-            )
+        except ImportError as exc:
+            self._error = MISSING_LIBRARY.convert(exc, "the bundle's chat template needs transformers")
+        except (OSError, ValueError) as exc:
+            msg = f"{self._model_dir}: cannot load the tokenizer for its chat template: {exc}"
+            self._error = BundleFormatError(msg)
         finally:
             self._ready.set()
 
