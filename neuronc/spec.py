@@ -30,6 +30,7 @@ class ServingStack(StrEnum):
     tgi = "tgi"
     torchserve = "torchserve"
     sagemaker = "sagemaker"
+    neuronc = "neuronc"  # `neuronc serve`, for CPU (inductor) bundles (deploy.neuronc_serve)
 
 
 TARGETS: tuple[str, ...] = get_args(Target)

@@ -74,7 +74,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"backends"}),
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
-    frozenset({"pipeline", "deploy", "data", "demo", "buckets"}),
+    frozenset({"pipeline", "deploy", "data", "demo", "buckets", "serve"}),  # serve: `neuronc serve` over runtime
     frozenset({"ci", "verdict"}),  # verdict: the pre-boot verdict, over deploy's serving values
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),

@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "store",
     "split",
     "run",
+    "serve",
     "cache",
     "compile_cache",
     "plan",

@@ -35,7 +35,10 @@ def deploy_command(
     stack: Annotated[
         str,
         cli.Option(
-            "--for", metavar="STACK", help="The serving stack: vllm, tgi, torchserve or sagemaker.", show_default=False
+            "--for",
+            metavar="STACK",
+            help="The serving stack: vllm, tgi, torchserve, sagemaker or neuronc (CPU bundles).",
+            show_default=False,
         ),
     ],
     out_dir: Annotated[

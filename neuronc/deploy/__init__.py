@@ -119,6 +119,11 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
         from neuronc.deploy.sagemaker import vllm_dlc_refusal
 
         vllm_dlc_refusal(manifest.backend, manifest.toolchain, manifest.extra)
+    if chosen is Stack.neuronc:
+        from neuronc.deploy.neuronc_serve import check_servable, render_neuronc
+
+        check_servable(manifest.backend, manifest.target)
+        return render_neuronc(serving_values(manifest, Path(bundle_dir), options.bundle_path), options)
     check_compatible(chosen, manifest)
     values = serving_values(manifest, Path(bundle_dir), options.bundle_path)
     if chosen is Stack.vllm and values.backend == "nxdi":
