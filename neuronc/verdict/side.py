@@ -20,3 +20,11 @@ class ServingSide:
     # True where the versions are what a recipe pins (the support matrix): a package it does not record
     # is unknown there (unchecked), not absent. False where they were read from the image or host.
     pins_only: bool = False
+    python: str | None = None  # the exact Python version (NKI kernels are cached per version); None: not known
+    # True for the very image (by digest) the bundle was compiled in: its own ENV is the compile's.
+    compiled_here: bool = False
+    # How to check what this side cannot tell (said with every unchecked part it leaves).
+    how: str = ""
+    # An image read through the engine: the Neuron SDK release its versions are (the targets that
+    # release supports for a backend are the image's). Never set for a host: its chip is one of them.
+    release: str | None = None

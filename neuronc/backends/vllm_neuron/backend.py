@@ -46,7 +46,7 @@ from neuronc.backends.vllm_neuron.engine import (
     plan_graphs,
     serve_env,
 )
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV, default_route
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
@@ -268,8 +268,9 @@ def serve_snippet(bundle_dir: str, info: dict[str, Any]) -> str:
     env = serve_env(
         logical_nc_config=int(info.get("logical_nc_config") or 2),
         plugin=plugin,
-        route=str(info.get("route") or default_route(plugin)),
+        route=str(info["route"]) if info.get("route") else None,
         recorded_env=recorded,
+        target=str(info["platform_target"]) if info.get("platform_target") else None,
     )
     cache = shlex.quote(f"{bundle_dir}/{CACHE_DIR}")
     root = f'"${CACHE_ROOT_ENV}"'

@@ -31,7 +31,31 @@ IMAGE_ENV = "NEURONC_VLLM_NEURON_IMAGE"
 PULL_ENV = "NEURONC_PULL_IMAGES"
 RUNNERS = ("auto", "host", "docker", "podman")
 RUNTIMES = ("docker", "podman")
+TIMEOUT_ENV = "NEURONC_CONTAINER_TIMEOUT"
 _INSPECT_TIMEOUT_S = 120
+
+
+def container_timeout(default: float, environ: Mapping[str, str] | None = None) -> float:
+    """Seconds to wait for a container-engine command that should answer promptly (``image inspect``, a
+    probe's ``run``): ``NEURONC_CONTAINER_TIMEOUT``, else ``default``."""
+    env = os.environ if environ is None else environ
+    raw = env.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86400:
+        raise InvalidInputError(f"{TIMEOUT_ENV}={raw[:40]!r}: not a number of seconds (0 < s <= 86400)")
+    return value
+
+
+def engine_silent(runtime: Runtime, what: str, seconds: float) -> BackendUnavailableError:
+    """Exit 5: the container engine did not answer ``what`` within ``seconds``."""
+    msg = f"{runtime.kind} ({runtime.executable}) did not answer `{runtime.kind} {what}` within {seconds:g} s"
+    hint = f"is the {runtime.kind} engine running? (`{runtime.kind} info`); {TIMEOUT_ENV}=SECONDS sets the limit"
+    return BackendUnavailableError(msg, hint=hint)
 
 
 @dataclass(frozen=True)
@@ -88,8 +112,13 @@ def _inspect_digests(runtime: Runtime, reference: str, env: Mapping[str, str]) -
 
     BackendUnavailableError when the runtime cannot answer at all (no engine behind the client).
     """
-    cmd = [runtime.executable, "image", "inspect", "--format", "{{json .RepoDigests}}", reference]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(env), timeout=_INSPECT_TIMEOUT_S, check=False)
+    # "--" ends the options: a reference is never read as one.
+    cmd = [runtime.executable, "image", "inspect", "--format", "{{json .RepoDigests}}", "--", reference]
+    limit = container_timeout(_INSPECT_TIMEOUT_S, env)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(env), timeout=limit, check=False)
+    except subprocess.TimeoutExpired:
+        raise engine_silent(runtime, "image inspect", limit) from None
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip()
         if any(word in said.lower() for word in _ABSENT):
@@ -115,7 +144,7 @@ def pinned_image(runtime: Runtime, reference: str, *, allow_pull: bool, log: Pat
             out.write(f"$ {runtime.kind} pull {reference}\n".encode())
             out.flush()
             pulled = subprocess.run(
-                [runtime.executable, "pull", reference],
+                [runtime.executable, "pull", "--", reference],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -169,7 +198,7 @@ def container_argv(
         argv += ["--volume", mount.flag()]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
-    return [*argv, image, *command]
+    return [*argv, "--", image, *command]
 
 
 # vLLM's Docker docs (docs/deployment/docker.md) ask for ``--ipc=host`` or ``--shm-size``: PyTorch shares
@@ -195,9 +224,12 @@ __all__ = [
     "RUNNERS",
     "RUNNER_ENV",
     "RUNTIME_ENV",
+    "TIMEOUT_ENV",
     "Mount",
     "Runtime",
     "container_argv",
+    "container_timeout",
+    "engine_silent",
     "find_runtime",
     "pinned_image",
     "pull_allowed",
