@@ -15,7 +15,10 @@ Sources:
 - LNC: trn2 defaults to 2 and accepts 1 (NEURON_LOGICAL_NC_CONFIG, ``logical_nc_config`` in NxD
   Inference); inf2 and trn1 have no logical cores (LNC is 1). LNC "applies only to Trn2 and Trn3"
   (about-neuron/arch/neuron-features/logical-neuroncore-config.rst); Trn3's default is not stated
-  there: neuronc takes 2, as the vllm-neuron plugin's LNC-aware kernels treat an unset value.
+  there: neuronc takes 2 (trainium3.rst gives "LNC 1 or 2 (default 2)" for the chip). The chip's
+  sizes are not every backend's: the vllm-neuron plugin compiles for LNC 2 only (its neuronx-cc
+  command passes no --lnc; the support matrix's VLLM-NEURON-LNC), which the support matrix, not
+  this table, says.
 - tp degrees on trn3: not documented upstream; neuronc allows trn2's lists (powers of two to 64 at
   LNC 2, to 128 at LNC 1).
 - Instance types: AWS's published instance specifications. No Trn3 instance size is named in any

@@ -158,7 +158,7 @@ _2_31_PACKAGES = {
     "neuronx-distributed-inference": ("0.10.18399",),
     "neuronx-distributed": ("0.19.28492",),
     "torch-neuronx": ("2.9.0.2.15.32035",),
-    "libtorch-neuronx-lite": ("2.11.0.1.0.696", "2.12.0.1.0.696", "2.10.0.1.0.696"),
+    "libtorch-neuronx-lite": ("2.12.0.1.0.696", "2.11.0.1.0.696", "2.10.0.1.0.696"),
     "nki": ("0.5.0",),
     "vllm-neuron": ("0.21.0.1.0.0", "0.5.3"),
     "vllm": ("0.21.0", "0.16.0"),
@@ -430,7 +430,7 @@ RELEASES: tuple[Release, ...] = (
         "2026-08-17",
         {
             "neuronx-cc": ("2.27.5334.0",),
-            "libtorch-neuronx-lite": ("2.11.0.1.0.1284", "2.12.0.1.0.1284"),
+            "libtorch-neuronx-lite": ("2.12.0.1.0.1284", "2.11.0.1.0.1284"),
             "nki": ("0.6.0",),
             "vllm-neuron": ("0.24.0.1.1.0",),
             "vllm": ("0.24.0",),

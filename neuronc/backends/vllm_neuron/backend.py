@@ -87,7 +87,12 @@ class VllmNeuronBackend(NeuronBackend):
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     # CPU compile traces on the meta device (no weights in memory); neuronx-cc runs per graph.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
-        8 * GIB, 0.0, 4 * GIB, False, "CPU compile mode traces on the meta device; neuronx-cc per parallel graph"
+        8 * GIB,
+        0.0,
+        4 * GIB,
+        False,
+        "neuronc's estimate, no source gives a per-compile figure: CPU compile mode traces on the meta device; "
+        "neuronx-cc per parallel graph (the plugin runs up to 8 at once, its default: cpu_compilation.md)",
     )
     toolchain_package: ClassVar[str | None] = "vllm-neuron"
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm,)

@@ -66,7 +66,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 class VllmNeuronOptions(StrictModel):
     """``options:`` of the vllm-neuron backend."""
 
-    logical_nc_config: Literal[1, 2] | None = Field(default=None, description="logical NeuronCore size (default 2)")
+    # 2 only: the plugin's neuronx-cc command passes no --lnc and its docs never name LNC (support matrix,
+    # VLLM-NEURON-LNC); the profile check names that source for a 1.
+    logical_nc_config: Literal[2] | None = Field(default=None, description="logical NeuronCore size: 2 (the default)")
     num_seqs_buckets: list[PositiveInt] | None = Field(
         default=None, description="decode batch buckets; the largest must be batch_size (default: powers of two)"
     )
