@@ -117,8 +117,8 @@ def _known(reference: str) -> ServingSide | None:
                 "vllm": row.vllm,
             }
             source = "neuronc's table of serving images"
-            release = detect_release({"neuronx-cc": row.neuronx_cc})
-            known = release.version if release is not None else None
+            found = detect_release({"neuronx-cc": row.neuronx_cc})
+            known = found.version if found is not None else None
             return ServingSide(reference, source, versions, pins_only=True, how=HOW_PROBE, release=known)
     return None
 
