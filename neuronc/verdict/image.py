@@ -125,7 +125,7 @@ def _known(reference: str) -> ServingSide | None:
 
 def _probe(reference: str) -> ServingSide:
     """Ask the image itself, through docker or podman."""
-    from neuronc.backends.vllm_neuron.runner import (
+    from neuronc.backends.containers import (
         container_timeout,
         engine_silent,
         find_runtime,

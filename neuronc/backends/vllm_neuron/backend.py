@@ -26,6 +26,7 @@ from neuronc.backends.base import (
     HostRamModel,
     SpecProblem,
 )
+from neuronc.backends.containers import find_runtime
 from neuronc.backends.neuron.common import BUNDLE_PLACEHOLDER, NeuronBackend
 from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX
 from neuronc.backends.neuron.files import backend_extra, bundle_line
@@ -47,7 +48,7 @@ from neuronc.backends.vllm_neuron.engine import (
     serve_env,
 )
 from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV
-from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
+from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, requested_runner
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack, WeightsMode

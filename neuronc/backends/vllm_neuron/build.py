@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.backends.base import CompileJob, CompileResult
+from neuronc.backends.containers import (
+    Mount,
+    Runtime,
+    container_argv,
+    pinned_image,
+    pull_allowed,
+    remove_container,
+)
 from neuronc.backends.neuron.env import platform_target
 from neuronc.backends.neuron.files import copy_checkpoint, even_split
 from neuronc.backends.support import Image, Release, pin_mismatches
@@ -52,14 +60,6 @@ from neuronc.backends.vllm_neuron.facts import (
     shapes_graphs,
 )
 from neuronc.backends.vllm_neuron.localfs import local_cache_root
-from neuronc.backends.vllm_neuron.runner import (
-    Mount,
-    Runtime,
-    container_argv,
-    pinned_image,
-    pull_allowed,
-    remove_container,
-)
 from neuronc.backends.worker import Workers
 from neuronc.errors import CompileError, EnvironmentIncompatibleError, InvalidInputError, log_tail
 
