@@ -586,9 +586,9 @@ def family_imports() -> dict[str, set[str]]:
         own = name.split(".")[2] if name.startswith("neuronc.backends.") and name.count(".") >= 2 else None
         for target in all_imports(name, path, known):
             parts = target.split(".")
-            if len(parts) >= 3 and parts[:2] == ["neuronc", "backends"] and parts[2] in BACKEND_FAMILIES:
-                if parts[2] != own:
-                    found.setdefault(name, set()).add(parts[2])
+            family = parts[2] if len(parts) >= 3 and parts[:2] == ["neuronc", "backends"] else None
+            if family in BACKEND_FAMILIES and family != own:
+                found.setdefault(name, set()).add(str(family))
     return found
 
 
