@@ -245,7 +245,7 @@ BACKEND_LOOKUPS = {
         "runtime.py": {"runnable_backend"},
         "deploy/__init__.py": {"check_compatible"},
         "cli/inspect.py": {"_backend_snippet", "environment_comparison"},
-        "verdict/__init__.py": {"host_verdict"},
+        "verdict/__init__.py": {"host_verdict", "bundle_verdict", "has_verdict"},
         "store/remote_model_card.py": {"_backend_facts"},
     },
     "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
@@ -569,7 +569,6 @@ FAMILY_IMPORTS_LEFT: dict[str, set[str]] = {
     "neuronc.cli.run": {"inductor"},  # the CPU-flags trust switch
     "neuronc.deploy._values": {"vllm_neuron"},  # the vllm-neuron record's checks
     "neuronc.deploy.vllm_neuron": {"vllm_neuron"},  # the serve lines
-    "neuronc.verdict.stacks": {"vllm_neuron"},  # the graph-shaping variables
     # The vllm-neuron family builds on the Neuron family's base class and files.
     "neuronc.backends.vllm_neuron.backend": {"neuron"},
     "neuronc.backends.vllm_neuron.build": {"neuron"},

@@ -156,7 +156,7 @@ def _verdict(
     from neuronc.errors import NeuroncError
     from neuronc.verdict import NO, has_verdict, image_verdict
 
-    if image is None or not has_verdict(read_manifest(bundle).backend):
+    if image is None or not has_verdict(read_manifest(bundle)):
         return None
     try:
         verdict = image_verdict(bundle, image)

@@ -263,7 +263,7 @@ def _run_checks(
             failures.append(incompatible)
         from neuronc.verdict import has_verdict, host_verdict
 
-        if has_verdict(manifest.backend):
+        if has_verdict(manifest):
             host = host_verdict(bundle)
             data["verdict"] = host.to_json()
             if (unstarted := host.failure(str(bundle))) is not None:

@@ -1,7 +1,9 @@
 """The pre-boot verdict: will this bundle start in that image (or on this host) with zero compiles?
 
 A serving stack reuses a compiled graph only when every part of its key is the same where it was
-compiled and where it is served (the parts per stack: ``neuronc.verdict.stacks``). Three answers:
+compiled and where it is served. Which parts, and how each is compared, is the bundle's backend's
+to say: its serving capability (``Backend.serving``, ``neuronc.backends.serving``), implemented in
+the backend's own package; the verdict reaches a stack only through it. Three answers:
 
 - **yes**: every part of the stack's key was checked against the serving side and is equal (parts
   that neuronc's own serve files pin count only under those files: they are listed as *pinned*);
@@ -16,16 +18,15 @@ imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
+from neuronc.backends.serving import Part, PartJSON, ServingSide, Status
 from neuronc.errors import CannotTellError, EnvironmentIncompatibleError, InvalidInputError, NeuroncError
-from neuronc.verdict.parts import Part, PartJSON, Status
-from neuronc.verdict.side import ServingSide
 
-BACKENDS = ("vllm-neuron", "nxdi", "optimum-neuron")
+if TYPE_CHECKING:
+    from neuronc.bundle import Manifest
 YES, NO, CANNOT_TELL = "yes", "no", "cannot tell"
 Answer = Literal["yes", "no", "cannot tell"]
 
@@ -117,23 +118,19 @@ class Verdict:
 
 
 def bundle_verdict(bundle: Path, side: ServingSide) -> Verdict:
-    """The verdict for the bundle at ``bundle`` against ``side`` (InvalidInputError for other backends)."""
+    """The verdict for the bundle at ``bundle`` against ``side``, from its backend's serving capability
+    (InvalidInputError, exit 2, for a backend without one)."""
+    from neuronc.backends import is_registered, resolve_backend
     from neuronc.bundle import read_manifest
     from neuronc.deploy import serving_values
-    from neuronc.verdict.stacks import nxdi_parts, optimum_parts, vllm_neuron_parts
 
     manifest = read_manifest(bundle)
-    if manifest.backend not in BACKENDS:
+    serving = resolve_backend(manifest).serving if is_registered(manifest.backend) else None
+    if serving is None:
         msg = f"the {manifest.backend} backend's bundles have no serving-stack key neuronc compares"
-        raise InvalidInputError(msg, hint=f"the verdict covers {', '.join(BACKENDS)} bundles")
+        raise InvalidInputError(msg, hint="the verdict covers the backends whose serving stack keeps a compile cache")
     values = serving_values(manifest, bundle)
-    if manifest.backend == "vllm-neuron":
-        info = manifest.extra.get("vllm_neuron")
-        parts, warnings = vllm_neuron_parts(values, info if isinstance(info, Mapping) else {}, side)
-    elif manifest.backend == "nxdi":
-        parts, warnings = nxdi_parts(values, side)
-    else:
-        parts, warnings = optimum_parts(values, side)
+    parts, warnings = serving.key_parts(values, manifest.extra, side)
     return Verdict(manifest.backend, side, tuple(parts), tuple(warnings))
 
 
@@ -172,12 +169,14 @@ def host_verdict(bundle: Path) -> Verdict:
     return bundle_verdict(bundle, side)
 
 
-def has_verdict(backend: str) -> bool:
-    return backend in BACKENDS
+def has_verdict(manifest: Manifest) -> bool:
+    """Whether the bundle's backend has a serving-stack key the verdict compares."""
+    from neuronc.backends import is_registered, resolve_backend
+
+    return is_registered(manifest.backend) and resolve_backend(manifest).serving is not None
 
 
 __all__ = [
-    "BACKENDS",
     "CANNOT_TELL",
     "NO",
     "YES",

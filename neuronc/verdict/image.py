@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from neuronc.backends.serving import ServingSide
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
-from neuronc.verdict.side import ServingSide
 
 PACKAGES = (
     "neuronx-cc",
@@ -67,9 +67,9 @@ def neuron_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _compiled_in(reference: str, bundle: Path) -> ServingSide | None:
+    from neuronc.backends.serving import recorded_python, recorded_versions
     from neuronc.backends.support import releases
     from neuronc.bundle import read_manifest
-    from neuronc.verdict.stacks import recorded_python, recorded_versions
 
     info = read_manifest(bundle).extra.get("vllm_neuron")
     runner = info.get("runner") if isinstance(info, Mapping) else None

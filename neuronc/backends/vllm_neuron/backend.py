@@ -49,6 +49,7 @@ from neuronc.backends.vllm_neuron.engine import (
 )
 from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, requested_runner
+from neuronc.backends.vllm_neuron.serving import VllmNeuronServing
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack, WeightsMode
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from neuronc.backends.bucket_rules import BucketRules
+    from neuronc.backends.serving import ServingCapability
     from neuronc.backends.vllm_neuron.build import RunnerPlan
     from neuronc.spec import BuildSpec
 
@@ -97,6 +99,7 @@ class VllmNeuronBackend(NeuronBackend):
     )
     toolchain_package: ClassVar[str | None] = "vllm-neuron"
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm,)
+    serving: ClassVar[ServingCapability | None] = VllmNeuronServing()
     options_model: ClassVar[type[BaseModel] | None] = VllmNeuronOptions
     packages: ClassVar[tuple[str, ...]] = (
         "neuronx-cc",
