@@ -469,3 +469,19 @@ def test_every_engine_command_ends_its_options_before_the_image(
     commands = [c.get("command") or ["run", *c["run"]] for c in fake_runtime.state()["calls"]]
     for argv in commands:
         assert "--" in argv and argv[argv.index("--") + 1].startswith("registry.example/own"), argv
+
+
+def test_this_hosts_chip_is_its_ec2_instance_type(tmp_path: Path) -> None:
+    from neuronc.hardware import host_target
+
+    dmi = tmp_path / "dmi"
+    dmi.mkdir()
+    assert host_target(dmi) is None  # no DMI: cannot say
+    (dmi / "sys_vendor").write_text("Amazon EC2\n")
+    (dmi / "product_name").write_text("trn1n.32xlarge\n")
+    assert host_target(dmi) == "trn1"
+    (dmi / "product_name").write_text("c7i.large\n")
+    assert host_target(dmi) is None
+    (dmi / "sys_vendor").write_text("QEMU\n")
+    (dmi / "product_name").write_text("inf2.xlarge\n")
+    assert host_target(dmi) is None  # only EC2's product name is an instance type

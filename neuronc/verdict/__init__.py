@@ -148,6 +148,7 @@ def host_verdict(bundle: Path) -> Verdict:
 
     from neuronc.backends import resolve_backend
     from neuronc.bundle import read_manifest
+    from neuronc.hardware import host_target
     from neuronc.verdict.image import neuron_env
 
     # A bundle read from disk names its backend: resolved here, once.
@@ -156,12 +157,13 @@ def host_verdict(bundle: Path) -> Verdict:
         installed = resolve_backend(manifest).toolchain_versions()
     except ImportError:
         installed = {}
-    how = "serve it where its chip is known: `neuronc deploy` writes files for its target's instances"
+    how = "run it on the EC2 instance that serves it (its instance type names the chip)"
+    chip = host_target()
     side = ServingSide(
         "this host",
-        "installed versions and this environment",
+        "installed versions and this environment" + (f"; a {chip} instance (its EC2 instance type)" if chip else ""),
         installed,
-        None,
+        (chip,) if chip else None,
         neuron_env(os.environ),
         python=platform.python_version(),
         how=how,

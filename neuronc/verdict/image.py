@@ -89,7 +89,7 @@ def _compiled_in(reference: str, bundle: Path) -> ServingSide | None:
 
 
 def _known(reference: str) -> ServingSide | None:
-    from neuronc.backends.support import detect_release, releases
+    from neuronc.backends.support import backend_targets, detect_release, releases
     from neuronc.deploy.images import IMAGES
 
     for release in releases():
@@ -118,8 +118,14 @@ def _known(reference: str) -> ServingSide | None:
             }
             source = "neuronc's table of serving images"
             found = detect_release({"neuronx-cc": row.neuronx_cc})
-            known = found.version if found is not None else None
-            return ServingSide(reference, source, versions, pins_only=True, how=HOW_PROBE, release=known)
+            if found is not None:
+                return ServingSide(reference, source, versions, pins_only=True, how=HOW_PROBE, release=found.version)
+            # An SDK older than the support matrix: the chips its stack serves on, over every release
+            # the matrix has (optimum-neuron's instance check, utils/instance.py, knows no newer ones).
+            stack = "optimum-neuron" if row.optimum_neuron else "nxdi" if row.nxdi else None
+            targets = tuple(sorted(backend_targets(stack))) if stack else None
+            source += f" (its SDK predates the support matrix: the targets are {stack}'s)" if stack else ""
+            return ServingSide(reference, source, versions, targets, pins_only=True, how=HOW_PROBE)
     return None
 
 
