@@ -22,6 +22,7 @@ EXIT_COMPILE_FAILED = 3
 EXIT_VERIFICATION_FAILED = 4
 EXIT_ENVIRONMENT = 5
 EXIT_MISS = 6
+EXIT_CANNOT_TELL = 7  # the pre-boot verdict: nothing checked differs, but parts are unchecked
 EXIT_INTERRUPTED = 130
 
 
@@ -171,6 +172,14 @@ class SigstoreUnreachableError(EnvironmentIncompatibleError):
     signing and verifying need the network."""
 
     kind = "sigstore_unreachable"
+
+
+class CannotTellError(NeuroncError):
+    """The pre-boot verdict cannot say yes: no checked part of the serving stack's key differs, but some
+    parts could not be checked (each named in ``details`` with why, and how to check it)."""
+
+    exit_code = EXIT_CANNOT_TELL
+    kind = "cannot_tell"
 
 
 class CacheMissError(NeuroncError):

@@ -15,7 +15,10 @@ Sources:
 - LNC: trn2 defaults to 2 and accepts 1 (NEURON_LOGICAL_NC_CONFIG, ``logical_nc_config`` in NxD
   Inference); inf2 and trn1 have no logical cores (LNC is 1). LNC "applies only to Trn2 and Trn3"
   (about-neuron/arch/neuron-features/logical-neuroncore-config.rst); Trn3's default is not stated
-  there: neuronc takes 2, as the vllm-neuron plugin's LNC-aware kernels treat an unset value.
+  there: neuronc takes 2 (trainium3.rst gives "LNC 1 or 2 (default 2)" for the chip). The chip's
+  sizes are not every backend's: the vllm-neuron plugin compiles for LNC 2 only (its neuronx-cc
+  command passes no --lnc; the support matrix's VLLM-NEURON-LNC), which the support matrix, not
+  this table, says.
 - tp degrees on trn3: not documented upstream; neuronc allows trn2's lists (powers of two to 64 at
   LNC 2, to 128 at LNC 1).
 - Instance types: AWS's published instance specifications. No Trn3 instance size is named in any
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 GIB = 1024**3
@@ -140,6 +144,25 @@ INSTANCE_TYPES: tuple[InstanceType, ...] = (
 CPU_RUNNER = "cpu"
 
 
+# On EC2 (Nitro) the DMI product name is the instance type and the system vendor "Amazon EC2" (AWS
+# docs, "Identify EC2 Linux instances"). Read only, never a network call (no instance metadata).
+DMI_DIR = Path("/sys/devices/virtual/dmi/id")
+_FAMILY_TARGETS = {"inf2": "inf2", "trn1": "trn1", "trn1n": "trn1", "trn2": "trn2", "trn2u": "trn2", "trn3": "trn3"}
+
+
+def host_target(dmi: Path | None = None) -> str | None:
+    """The Neuron target of this host from its EC2 instance type (DMI), or None where it cannot say."""
+    root = DMI_DIR if dmi is None else dmi
+    try:
+        vendor = (root / "sys_vendor").read_bytes()[:64].decode("ascii", "replace").strip()
+        product = (root / "product_name").read_bytes()[:64].decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    if vendor != "Amazon EC2":
+        return None
+    return _FAMILY_TARGETS.get(product.partition(".")[0])
+
+
 def max_cores(target: str, options: Mapping[str, Any] | None = None) -> int:
     """The most NeuronCores one instance of the target shows (1 for a target without devices)."""
     return max((i.cores_at(options) for i in INSTANCE_TYPES if i.target == target), default=1)
@@ -203,6 +226,7 @@ __all__ = [
     "default_instance",
     "devices_for",
     "hbm_per_core",
+    "host_target",
     "instance_type",
     "lnc",
     "max_cores",

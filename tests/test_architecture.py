@@ -245,7 +245,7 @@ BACKEND_LOOKUPS = {
         "runtime.py": {"runnable_backend"},
         "deploy/__init__.py": {"check_compatible"},
         "cli/inspect.py": {"_backend_snippet", "environment_comparison"},
-        "verdict/__init__.py": {"host_verdict"},
+        "verdict/__init__.py": {"host_verdict", "bundle_verdict", "has_verdict"},
         "store/remote_model_card.py": {"_backend_facts"},
     },
     "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
@@ -559,3 +559,57 @@ def test_the_cli_passes_typed_reports_not_any() -> None:
     for rel, most in CLICK_TYPED.items():
         n = any_uses(PACKAGE / rel)
         assert n <= most, f"{rel}: {n} uses of Any, at most {most}: only Click's callback and parameter types need it"
+
+
+BACKEND_FAMILIES = sorted(p.parent.name for p in (PACKAGE / "backends").glob("*/__init__.py"))
+# Imports of a backend family from outside it that are still to move into the family (issue 40 item 4:
+# "a backend is one room"). This list may only shrink: a new entry is a failure, and so is an entry
+# that no longer imports the family (remove it from here).
+FAMILY_IMPORTS_LEFT: dict[str, set[str]] = {
+    "neuronc.cli.run": {"inductor"},  # the CPU-flags trust switch
+    "neuronc.deploy._values": {"vllm_neuron"},  # the vllm-neuron record's checks
+    "neuronc.deploy.vllm_neuron": {"vllm_neuron"},  # the serve lines
+    # The vllm-neuron family builds on the Neuron family's base class and files.
+    "neuronc.backends.vllm_neuron.backend": {"neuron"},
+    "neuronc.backends.vllm_neuron.build": {"neuron"},
+}
+
+
+def family_imports() -> dict[str, set[str]]:
+    """module -> the backend families it imports from outside them: anywhere in the module (inside
+    functions and under TYPE_CHECKING too), aliased (``import ... as``), from the parent package
+    (``from neuronc.backends import vllm_neuron``) or relative."""
+    known = modules()
+    found: dict[str, set[str]] = {}
+    for name, path in known.items():
+        own = name.split(".")[2] if name.startswith("neuronc.backends.") and name.count(".") >= 2 else None
+        for target in all_imports(name, path, known):
+            parts = target.split(".")
+            family = parts[2] if len(parts) >= 3 and parts[:2] == ["neuronc", "backends"] else None
+            if family in BACKEND_FAMILIES and family != own:
+                found.setdefault(name, set()).add(str(family))
+    return found
+
+
+def test_no_module_outside_a_backend_family_imports_from_it() -> None:
+    assert BACKEND_FAMILIES == ["inductor", "neuron", "vllm_neuron"]
+    found = family_imports()
+    new = {m: sorted(f - FAMILY_IMPORTS_LEFT.get(m, set())) for m, f in found.items()}
+    assert {m: f for m, f in new.items() if f} == {}, "import a backend family only from inside it"
+    stale = {m: sorted(f - found.get(m, set())) for m, f in FAMILY_IMPORTS_LEFT.items()}
+    assert {m: f for m, f in stale.items() if f} == {}, "moved: drop it from FAMILY_IMPORTS_LEFT"
+
+
+def test_the_family_import_check_sees_aliased_parent_and_function_level_imports(tmp_path: Path) -> None:
+    source = (
+        "import neuronc.backends.inductor.format as fmt\n"
+        "from neuronc.backends import vllm_neuron\n"
+        "def f():\n"
+        "    from neuronc.backends.neuron.env import platform_target\n"
+        "    return platform_target\n"
+    )
+    path = tmp_path / "probe.py"
+    path.write_text(source, encoding="utf-8")
+    known = {**modules(), "neuronc.probe": path}
+    targets = {t.split(".")[2] for t in all_imports("neuronc.probe", path, known) if t.count(".") >= 2}
+    assert targets >= {"inductor", "vllm_neuron", "neuron"}

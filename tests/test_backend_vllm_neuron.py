@@ -169,13 +169,16 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
     assert run["env"]["NEURON_PLATFORM_TARGET_OVERRIDE"] == "trn2"
     assert run["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2"
     assert run["env"]["VLLM_CACHE_ROOT"] == "/neuronc/vllm-cache"
-    assert "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS" in run["env"]  # the 0.24 name, not VLLM_NEURON_*
+    # The plugin's own worker count (its default 8, cpu_compilation.md), not neuronc's pool size.
+    assert "NEURON_LIBTORCH_PARALLEL_COMPILE_WORKERS" not in run["env"]
     assert [m[1:] for m in run["mounts"]] == [["/neuronc", False], ["/bundle/artifacts/checkpoint", True]]
     # Shared memory for tensor-parallel work (vLLM's Docker docs), sized to tp 2: the 2 GiB floor.
     assert run["run"][run["run"].index("--shm-size") + 1] == "2g"
     # Every part of the plugin's key, pinned: the route as compiled (set explicitly), the KV block count
     # the engine sized (passed back as --num-gpu-blocks-override), the compile's NEURON_* variables.
-    assert run["env"]["VLLM_NEURON_BACKEND"] == info["route"] == "vllm_neuron"
+    # Below 0.29 the route stays unset (the plugin's default; the 0.24 line names its XLA value
+    # neuron_libtorch, so vllm_neuron may be refused): recorded as unset.
+    assert "VLLM_NEURON_BACKEND" not in run["env"] and info["route"] is None
     assert run["env"]["NEURON_CC_FLAGS"] == "--model-type=transformer"
     assert info["compile_env"] == {"NEURON_CC_FLAGS": "--model-type=transformer"}
     # Recorded because it shapes the graphs, so hashed (docs/keys.md); the placement variable is neither.
@@ -198,15 +201,46 @@ def test_compile_in_the_dlc_image_writes_the_cache_tree_and_records_the_pinned_i
 
 
 def test_the_0_21_plugin_gets_its_own_variable_names(
-    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime
+    tmp_path: Path, tiny_llama: Path, fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fake_runtime.add_release_images()
     profile = write_profile(tmp_path, tiny_llama, extra="sdk: '2.31.1'")
     code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
     assert code == 0, (report, err)
     (run,) = fake_runtime.runs()
-    assert "VLLM_NEURON_PARALLEL_COMPILE_WORKERS" in run["env"]
-    assert read_manifest(Path(report["builds"][0]["bundle"])).extra["vllm_neuron"]["plugin"] == "0.21.0.1.0.0"
+    assert "VLLM_NEURON_PARALLEL_COMPILE_WORKERS" not in run["env"]  # the plugin's default (8)
+    manifest = read_manifest(Path(report["builds"][0]["bundle"]))
+    assert manifest.extra["vllm_neuron"]["plugin"] == "0.21.0.1.0.0"
+    # Variables that shape no graph: a compile host with them compiles the same graphs. Never recorded,
+    # hashed or replayed: the 0.21 plugin raises at start on VLLM_NEURON_DISABLE_COMPILE_CACHE next to the
+    # serve files' VLLM_NEURON_DISABLE_WARMUP_COMPILE (fork compile/backend.py; compilation_cache.md).
+    shapeless = {
+        "VLLM_NEURON_DISABLE_COMPILE_CACHE": "1",
+        "NEURON_LIBTORCH_DISABLE_COMPILE_CACHE": "1",
+        "VLLM_NEURON_REMOTE_CACHE": "/shared/cache",
+        "VLLM_NEURON_COMPILATION_TIMEOUT": "600",
+        "VLLM_NEURON_ASSERT_CACHE_HIT": "1",
+        "NEURON_RT_LOG_LEVEL": "INFO",
+        "VLLM_NEURON_PARALLEL_COMPILE_WORKERS": "3",
+    }
+    for key, value in shapeless.items():
+        monkeypatch.setenv(key, value)
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0 and report["builds"][0]["status"] == "hit", (report, err)  # the same key
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer")
+    code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
+    assert code == 0 and report["builds"][0]["status"] != "hit", (report, err)
+    bundle = Path(report["builds"][0]["bundle"])
+    info = read_manifest(bundle).extra["vllm_neuron"]
+    assert info["compile_env"] == {"NEURON_CC_FLAGS": "--model-type=transformer"}
+    assert read_manifest(bundle).hashed_inputs["environment"] == info["compile_env"]
+    run = fake_runtime.runs()[-1]
+    assert run["env"]["VLLM_NEURON_PARALLEL_COMPILE_WORKERS"] == "3"  # the user's count reaches the plugin
+    code, deployed, err = invoke("deploy", str(bundle), "--for", "vllm", "--json", "--out", str(tmp_path / "d"))
+    assert code == 0, (deployed, err)
+    served = (tmp_path / "d" / "vllm.env").read_text()
+    assert "VLLM_NEURON_DISABLE_WARMUP_COMPILE=1" in served
+    assert not [key for key in shapeless if key in served], served
 
 
 def test_an_image_not_on_this_machine_is_pulled_only_when_allowed(

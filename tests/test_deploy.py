@@ -531,7 +531,15 @@ def test_deploy_cli_writes_files_and_leaves_the_bundle_intact(tmp_path: Path, ru
     data = json.loads(result.stdout)
     assert data["image"] == "ghcr.io/huggingface/optimum-neuron-vllm:0.4.5" and data["notes"] == []
     names = sorted(Path(f["path"]).name for f in data["files"])
-    assert names == ["benchmark.sh", "docker-compose.yml", "guidellm-scenario.json", "nginx.conf", "serve.sh"]
+    # verdict.json: the pre-boot verdict the files were written under.
+    assert names == [
+        "benchmark.sh",
+        "docker-compose.yml",
+        "guidellm-scenario.json",
+        "nginx.conf",
+        "serve.sh",
+        "verdict.json",
+    ]
     assert sorted(p.name for p in target.iterdir()) == names  # no temporary files left behind
     assert (target / "serve.sh").stat().st_mode & 0o111 and not (target / "nginx.conf").stat().st_mode & 0o111
     assert verify_bundle(bundle).ok  # nothing was written into the bundle

@@ -34,7 +34,7 @@ from neuronc.backends.vllm_neuron.engine import (
     logical_nc,
     served_flags,
 )
-from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV, default_route
+from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV, route_to_set
 from neuronc.bundle import BuildRecord, BundleWriter, Graph, read_manifest
 from neuronc.deploy import DeployOptions, render
 from neuronc.deploy.vllm_neuron import CONTAINER_CACHE, seed_script
@@ -50,6 +50,11 @@ DIGEST = "sha256:" + "ab" * 32
 def _image(release: Release) -> Image | None:
     found = release.images_serving(Serves.VLLM_NEURON)
     return found[0] if found else None
+
+
+def _torch_for(packages: dict[str, str]) -> str | None:
+    lite = packages.get("libtorch-neuronx-lite")
+    return ".".join(lite.split(".")[:3]) if lite else None
 
 
 def _vllm_neuron_bundle(
@@ -101,10 +106,12 @@ def _vllm_neuron_bundle(
         "engine_kwargs": {**kwargs, "model": CHECKPOINT_DIR, "tokenizer": CHECKPOINT_DIR},
         "engine_args": engine_cli(kwargs),
         "kv_sizing_env": kv or {},
-        "route": default_route(packages["vllm-neuron"]),
+        "route": route_to_set(packages["vllm-neuron"]),
         "num_gpu_blocks": blocks,
         "compile_env": {**(kv or {}), **(compile_env or {})},
-        "versions_in_runner": packages,
+        # As compile_script.py reads them where it runs: torch is the release the image's lite is built for.
+        "versions_in_runner": {**packages, "torch": _torch_for(packages)},
+        "python": image.python_version if image is not None else None,
         **record,
     }
     key = spec_key(spec)
@@ -194,8 +201,10 @@ def test_each_release_serves_from_a_writable_cache_with_a_miss_fatal(
     assert env == {
         "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
         f"{switch}DISABLE_GRAPH_CAPTURE_BACKEND": "1",
-        "VLLM_NEURON_BACKEND": "neuron_native" if plugin.startswith("0.29.") else "vllm_neuron",
+        # The route only from 0.29 (below, unset is the plugin's own default); the target the key names.
+        **({"VLLM_NEURON_BACKEND": "neuron_native"} if plugin.startswith("0.29.") else {}),
         "NEURON_LOGICAL_NC_CONFIG": "2",
+        "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2",
         **kv,
         **recorded,
     }
@@ -305,8 +314,8 @@ def test_serve_sh_copies_the_read_only_cache_into_a_writable_root_and_starts_vll
     assert seen["env"] == {
         "VLLM_NEURON_DISABLE_WARMUP_COMPILE": "1",
         "VLLM_NEURON_DISABLE_GRAPH_CAPTURE_BACKEND": "1",  # the 0.21 line's name (SDK 2.31.1)
-        "VLLM_NEURON_BACKEND": "vllm_neuron",
         "NEURON_LOGICAL_NC_CONFIG": "2",
+        "NEURON_PLATFORM_TARGET_OVERRIDE": "trn2",
         KV_SIZING_ENV[1]: "2",
         **recorded,
     }

@@ -312,3 +312,15 @@ def test_sagemaker_cli_exits_2_with_the_reason(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["deploy", str(bundle), "--for", "sagemaker", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
     assert "no SageMaker serving integration" in result.output
+
+
+def test_every_release_lists_the_build_for_the_newest_torch_first() -> None:
+    """Release.packages: "the one paired with the newest torch first" (the lite builds are per torch)."""
+    from packaging.version import Version
+
+    from neuronc.backends.support import releases
+
+    for release in releases():
+        lites = release.packages.get(LITE, ())
+        torches = [Version(v).release[:2] for v in lites]
+        assert torches == sorted(torches, reverse=True), (release.version, lites)

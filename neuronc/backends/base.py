@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from neuronc.backends.bucket_rules import BucketRules
+    from neuronc.backends.serving import ServingCapability
     from neuronc.backends.support import Resolution
     from neuronc.spec import BuildSpec, ServingStack, WeightsMode
 
@@ -182,6 +183,9 @@ class Backend(Protocol):
     uses_hf_neuron_cache: ClassVar[bool]
     # The serving stacks (`neuronc deploy --for`) that load this backend's bundles, the usual one first.
     serving_stacks: ClassVar[tuple[ServingStack, ...]]
+    # What the pre-boot verdict asks the stack serving its bundles (None: no key neuronc compares);
+    # implemented in the backend's own package (neuronc.backends.serving).
+    serving: ClassVar[ServingCapability | None]
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
 
@@ -275,6 +279,7 @@ class BackendBase:
     can_run: ClassVar[bool] = False
     uses_hf_neuron_cache: ClassVar[bool] = False
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = ()
+    serving: ClassVar[ServingCapability | None] = None
     # Distributions that make up this backend's toolchain, in display order.
     packages: ClassVar[tuple[str, ...]] = ()
     # Distributions that must be present for the backend to run.

@@ -42,20 +42,27 @@ def _nxdi_image(
     )
 
 
+# The exact Python of the vllm-neuron images whose Dockerfile was read (ARG PYTHON_VERSION, DLC-ENV).
+DLC_PYTHON = {"0.21.0.1.0.0": "3.13.13", "0.24.0.1.1.0": "3.13.13"}
+
+
 def _plugin_image(sdk: str, plugin: str, vllm: str, py: str, ubuntu: str, packages: dict[str, str]) -> Image:
     """A vllm-neuron image: ``packages`` is what its Dockerfile pins (neuronx-cc, NKI, libtorch-neuronx-lite:
-    ``support.PINNED``); vllm-neuron (a git branch) and vLLM (its dependency) are recorded, never pinned."""
-    source = "DOCS@2.33.0" if sdk == "2.33.0" else f"DLC@{sdk}"
+    ``support.PINNED``); vllm-neuron (a git branch) and vLLM (its dependency) are recorded, never pinned.
+    Its own ENV and exact Python where its Dockerfile was read (DLC-ENV); 2.33.0's was not (docs only)."""
+    read = sdk != "2.33.0"
     return Image(
         "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx",
         f"{plugin}-neuronx-py{py}-sdk{sdk}-ubuntu{ubuntu}",
         Serves.VLLM_NEURON,
         ("trn2", "trn3"),
         {"vllm-neuron": plugin, "vllm": vllm, **packages},
-        (source,),
+        (f"DLC@{sdk}", "DLC-ENV") if read else ("DOCS@2.33.0",),
         vllm=vllm,
         plugin=plugin,
         python=py[0] + "." + py[1:],
+        env={} if read else None,
+        python_version=DLC_PYTHON.get(plugin),
     )
 
 
@@ -151,7 +158,7 @@ _2_31_PACKAGES = {
     "neuronx-distributed-inference": ("0.10.18399",),
     "neuronx-distributed": ("0.19.28492",),
     "torch-neuronx": ("2.9.0.2.15.32035",),
-    "libtorch-neuronx-lite": ("2.11.0.1.0.696", "2.12.0.1.0.696", "2.10.0.1.0.696"),
+    "libtorch-neuronx-lite": ("2.12.0.1.0.696", "2.11.0.1.0.696", "2.10.0.1.0.696"),
     "nki": ("0.5.0",),
     "vllm-neuron": ("0.21.0.1.0.0", "0.5.3"),
     "vllm": ("0.21.0", "0.16.0"),
@@ -423,7 +430,7 @@ RELEASES: tuple[Release, ...] = (
         "2026-08-17",
         {
             "neuronx-cc": ("2.27.5334.0",),
-            "libtorch-neuronx-lite": ("2.11.0.1.0.1284", "2.12.0.1.0.1284"),
+            "libtorch-neuronx-lite": ("2.12.0.1.0.1284", "2.11.0.1.0.1284"),
             "nki": ("0.6.0",),
             "vllm-neuron": ("0.24.0.1.1.0",),
             "vllm": ("0.24.0",),

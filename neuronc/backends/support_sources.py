@@ -64,6 +64,10 @@ SOURCES: dict[str, str] = {
     "works on the native route or what a native cache entry holds (second audit)",
     "VLLM-NEURON-LNC": "vllm-neuron docs (no LNC setting anywhere) and the plugin's neuronx-cc command in a "
     "public fork of its 0.21 line (no --lnc): no source supports LNC 1 for this path (second audit)",
+    "DLC-ENV": f"{DLC_REPO} vllm/inference/0.21.0.1.0.0/Dockerfile.neuronx (tags 2.31.0, 2.31.1) and "
+    "vllm/inference/0.24.0.1.1.0/Dockerfile.neuronx (tag 2.32.0): their ENV lines set LANG, LD_LIBRARY_PATH and "
+    "PATH only (no NEURON_* or VLLM_NEURON_* variable); ARG PYTHON_VERSION=3.13.13 (the third audit read the "
+    "same: 'the 0.24 Dockerfile sets no NEURON_* ENV')",
     "DLC-NO-SAGEMAKER": f"{DLC_REPO} tag 2.32.0, common/vllm_entrypoint.py (runs its arguments: "
     "subprocess.check_call(sys.argv[1:])) and vllm/inference/*/Dockerfile.neuronx (no serve program, no "
     "com.amazonaws.sagemaker label, unlike pytorch/inference/*): the vLLM images have no SageMaker serving "

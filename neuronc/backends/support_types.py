@@ -49,6 +49,11 @@ class Image:
     note: str = ""
     # Packages the image pins at a version its release's manifest does not list (the Dockerfile wins).
     off_release: tuple[str, ...] = ()
+    # The image's own VLLM_NEURON_*/NEURON_* ENV (its Dockerfile's ENV lines; the source is in
+    # ``sources``); None where no source was read. A compile or a server in the image sees them.
+    env: Mapping[str, str] | None = None
+    # The exact Python version (the Dockerfile's PYTHON_VERSION); None where no source names it.
+    python_version: str | None = None
 
     @property
     def reference(self) -> str:

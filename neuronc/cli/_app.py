@@ -23,7 +23,8 @@ app = cli.Group(
     help="Compile LLMs ahead of time for AWS Neuron (Inferentia2, Trainium) into versioned, verifiable bundles.",
     epilog=(
         "Exit codes: 0 ok, 1 unexpected error, 2 invalid input, 3 compile failed, 4 verification failed, "
-        "5 environment incompatible, 6 required cache/store hit missing, 130 interrupted. "
+        "5 environment incompatible, 6 required cache/store hit missing, 7 pre-boot verdict cannot tell, "
+        "130 interrupted. "
         "NEURONC_DEBUG=1 shows tracebacks."
     ),
     no_args_is_help=True,

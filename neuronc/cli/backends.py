@@ -16,11 +16,14 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
 
     out.configure(json_mode=json_out, wide=wide)
     rows = []
+    texts: list[dict[str, str]] = []  # per row: the named-only note of each target, for people only
     for name in backend_names():
         backend = get_backend(name)
         availability = backend.availability()
         releases = {t: span(name, t) for t in sorted(backend.targets) if supporting(name, t)}
         installed = detect_release(availability.versions) if releases else None
+        # Releases used for a target only when a profile's sdk: names them (NxDI on inf2/trn1 from 2.29).
+        named = {t: _named_only(name, t) for t in releases if _named_only(name, t)}
         rows.append(
             {
                 "name": name,
@@ -36,17 +39,18 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
                 "installed_sdk": installed.version if installed is not None else None,
             }
         )
+        texts.append(named)
 
     def render() -> None:
         table_rows = []
-        for row in rows:
+        for row, named in zip(rows, texts, strict=True):
             versions = row["versions"]
             assert isinstance(versions, dict)
             shown = ", ".join(f"{k} {v}" for k, v in versions.items() if v and k != "neuronc")
             status = "available" if row["available"] else f"unavailable: {row['reason']}"
             releases = row["sdk_releases"]
             assert isinstance(releases, dict)
-            sdk = "; ".join(f"{t} {r}" for t, r in releases.items()) or "-"
+            sdk = "; ".join(f"{t} {r}{named.get(t, '')}" for t, r in releases.items()) or "-"
             if row["installed_sdk"]:
                 sdk += f" (installed: {row['installed_sdk']})"
             table_rows.append([row["name"], ", ".join(row["targets"]), sdk, status, shown])  # type: ignore[arg-type]
@@ -56,3 +60,13 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
                 out.print(f"{row['name']}: {row['install_hint']}")
 
     out.result({"backends": rows}, render)
+
+
+def _named_only(backend: str, target: str) -> str:
+    """`` (2.29.0–2.31.1 only with sdk:)``: the releases used for the pair only when ``sdk:`` names them."""
+    from neuronc.backends.support import supporting
+
+    found = [r.version for r in supporting(backend, target) if r.named_only(backend, target)]
+    if not found:
+        return ""
+    return f" ({found[0] if len(found) == 1 else f'{found[0]}–{found[-1]}'} only with sdk:)"

@@ -12,6 +12,7 @@ from neuronc.cli._options import JsonOpt
 from neuronc.cli._signing import IdentityOpt, IssuerOpt, RequireSignatureOpt, TrustCertOpt, TrustKeyOpt
 
 if TYPE_CHECKING:
+    from neuronc.deploy import Rendered
     from neuronc.verdict import VerdictJSON
 
 _EPILOG = (
@@ -75,7 +76,16 @@ def deploy_command(
         bool,
         cli.Option(
             "--allow-compile",
-            help="Write the files even when the pre-boot verdict says the image would compile (a key part differs).",
+            help="Write the files even when the pre-boot verdict says the image would compile (a key part "
+            "differs: no) or cannot tell (a part unchecked).",
+        ),
+    ] = False,
+    allow_unverified: Annotated[
+        bool,
+        cli.Option(
+            "--allow-unverified",
+            help="Write the files when the pre-boot verdict cannot tell (parts unchecked, nothing differs); a "
+            "no still needs --allow-compile.",
         ),
     ] = False,
     json_out: JsonOpt = False,
@@ -103,7 +113,9 @@ def deploy_command(
     trust = trust_for(flag=require_signature, key=key, certificates=certificate, identity=identity, issuer=issuer)
     signed = check_signature(bundle, trust)
     rendered = render(bundle, chosen, options)
-    verdict = _verdict(bundle, rendered.image, allow_compile=allow_compile)
+    verdict = _verdict(bundle, rendered.image, allow_compile=allow_compile, allow_unverified=allow_unverified)
+    if verdict is not None:
+        rendered = with_verdict(rendered, verdict, allow_compile=allow_compile, allow_unverified=allow_unverified)
     written = write(rendered, target)
     pairs = list(zip(written, rendered.files, strict=True))
     data = {
@@ -137,27 +149,53 @@ def deploy_command(
     out.success(f"wrote {len(written)} file(s) for {chosen.value} to {target}")
 
 
-def _verdict(bundle: Path, image: str | None, *, allow_compile: bool) -> VerdictJSON | SkippedVerdict | None:
-    """The pre-boot verdict against the image the serving files name (neuronc.verdict): exit 5 naming
-    every differing part, unless --allow-compile (then it is reported, and the files are written)."""
+def _verdict(
+    bundle: Path, image: str | None, *, allow_compile: bool, allow_unverified: bool
+) -> VerdictJSON | SkippedVerdict | None:
+    """The pre-boot verdict against the image the serving files name (neuronc.verdict): a no is exit 5
+    naming every differing part unless --allow-compile; a cannot tell is exit 7 naming every unchecked
+    part unless --allow-unverified or --allow-compile (then it is reported, and the files are written)."""
     from neuronc.bundle import read_manifest
     from neuronc.errors import NeuroncError
-    from neuronc.verdict import has_verdict, image_verdict
+    from neuronc.verdict import NO, has_verdict, image_verdict
 
-    if image is None or not has_verdict(read_manifest(bundle).backend):
+    if image is None or not has_verdict(read_manifest(bundle)):
         return None
     try:
         verdict = image_verdict(bundle, image)
     except NeuroncError as exc:
-        if not allow_compile:
-            exc.hint = f"{exc.hint + '; ' if exc.hint else ''}--allow-compile writes the files without the verdict"
+        if exc.exit_code == 2 or not allow_compile:  # a bundle or reference refused: never written past
+            if exc.exit_code != 2:
+                exc.hint = f"{exc.hint + '; ' if exc.hint else ''}--allow-compile writes the files without the verdict"
             raise
         return {"image": image, "skipped": exc.message}
-    if not verdict.starts_without_compiling and not allow_compile:
-        error = verdict.error(str(bundle))
-        error.hint = f"{error.hint}; --allow-compile writes the files anyway"
-        raise error
+    failure = verdict.failure(str(bundle))
+    if failure is not None and not allow_compile and not (allow_unverified and verdict.answer != NO):
+        flag = "--allow-compile" if verdict.answer == NO else "--allow-unverified (or --allow-compile)"
+        failure.hint = f"{failure.hint}; {flag} writes the files anyway"
+        raise failure
     return verdict.to_json()
+
+
+def with_verdict(
+    rendered: Rendered, verdict: VerdictJSON | SkippedVerdict, *, allow_compile: bool, allow_unverified: bool
+) -> Rendered:
+    """The files plus ``verdict.json``: the pre-boot verdict they were written under (and which risk the
+    user took: --allow-compile, --allow-unverified)."""
+    import dataclasses
+    import json
+
+    from neuronc.deploy import EmittedFile
+
+    record = {
+        "verdict": verdict,
+        "allow_compile": allow_compile,
+        "allow_unverified": allow_unverified,
+        "written_by": "neuronc deploy",
+    }
+    text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=True) + "\n"
+    what = "the pre-boot verdict these files were written under"
+    return dataclasses.replace(rendered, files=(*rendered.files, EmittedFile("verdict.json", text, what)))
 
 
 __all__ = ["deploy_command"]

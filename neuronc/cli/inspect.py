@@ -56,8 +56,9 @@ AgainstImageOpt = Annotated[
     cli.Option(
         "--against-image",
         help="Will the bundle start with zero compiles in this image? Compare every part of its serving-stack "
-        "key with the image's (exit 5 naming each difference). A Deep Learning Container of the support matrix "
-        "is known; another image is read through docker/podman (pulled only with NEURONC_PULL_IMAGES=1).",
+        "key with the image's: yes (exit 0), no (exit 5, each difference named) or cannot tell (exit 7, each "
+        "unchecked part named with how to check it). A Deep Learning Container of the support matrix is known; "
+        "another image is read through docker/podman (pulled only with NEURONC_PULL_IMAGES=1).",
     ),
 ]
 
@@ -182,8 +183,7 @@ def _image_verdict(bundle: Path, reference: str) -> tuple[VerdictJSON, NeuroncEr
     from neuronc.verdict import image_verdict
 
     verdict = image_verdict(bundle, reference)
-    failure = None if verdict.starts_without_compiling else verdict.error(str(bundle))
-    return verdict.to_json(), failure
+    return verdict.to_json(), verdict.failure(str(bundle))
 
 
 def _accuracy_check(prompts: Path | None, tol: float | None) -> VerifyCheck[AccuracyJSON]:
@@ -263,11 +263,11 @@ def _run_checks(
             failures.append(incompatible)
         from neuronc.verdict import has_verdict, host_verdict
 
-        if has_verdict(manifest.backend):
+        if has_verdict(manifest):
             host = host_verdict(bundle)
             data["verdict"] = host.to_json()
-            if not host.starts_without_compiling:
-                failures.append(host.error(str(bundle)))
+            if (unstarted := host.failure(str(bundle))) is not None:
+                failures.append(unstarted)
 
     def extra(check: VerifyCheck[Report] | None) -> Report | Skipped | None:
         """An extra check's report (None when not asked for, or when it failed with none); its
@@ -464,14 +464,17 @@ def _render_verify(d: Checks, *, environment: bool = True) -> None:
 
 
 def render_verdict(verdict: VerdictJSON) -> None:
-    """Every key part, then the answer: starts with zero compiles: yes / no."""
+    """Every key part (same, differs, unchecked: why and how, pinned: by what), the warnings, then the
+    answer: starts with zero compiles: yes / no / cannot tell."""
     out.print(f"verdict    against {_s(verdict['image'])} ({_s(verdict['source'])})")
     for part in verdict["parts"]:
-        mark = "differs" if part["checked"] and part["bundle"] != part["image"] else "same"
-        mark = mark if part["checked"] else "unchecked"
-        out.print(f"  {_s(part['field'])}: bundle {_s(part['bundle'])}, image {_s(part['image'])} - {mark}")
-    answer = "yes" if verdict["starts_without_compiling"] else "no"
-    out.print(f"starts with zero compiles: {answer}")
+        note = f" ({_s(part['note'], 400)})" if part["note"] and part["status"] != "same" else ""
+        out.print(
+            f"  {_s(part['field'])}: bundle {_s(part['bundle'])}, image {_s(part['image'])} - {part['status']}{note}"
+        )
+    for warning in verdict["warnings"]:
+        out.print(f"  warning: {_s(warning, 400)}")
+    out.print(f"starts with zero compiles: {verdict['answer']}")
 
 
 def _render_environment(env: EnvironmentJSON) -> None:

@@ -40,20 +40,28 @@ _IMAGE = re.compile(
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+){1,2}-[0-9]{1,2}")
 
 
+def check_image(image: str, flag: str) -> None:
+    """Exit 2 for a value of ``flag`` that is not an image reference: it is written into compose files,
+    scripts and hint lines, and given to docker/podman (never one that reads as an option)."""
+    from neuronc.errors import safe_text
+
+    name = image.split("@")[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    if not _IMAGE.fullmatch(image) or len(name) > 255:  # reference.go: NameTotalLengthMax
+        raise InvalidInputError(
+            f"{flag} {safe_text(image, 120)!s}: not a container image reference",
+            hint="e.g. public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:TAG or REPOSITORY@sha256:DIGEST",
+        )
+
+
 def check_options(options: DeployOptions) -> None:
     """Exit 2 for a ``--image`` that is not an image reference, or a ``--region`` that is not a region
     name: both are written into compose files, scripts and hint lines, so nothing else may pass."""
     from neuronc.errors import safe_text
 
-    image = options.image
-    name = (image or "").split("@")[0]
-    if ":" in name.rsplit("/", 1)[-1]:
-        name = name.rsplit(":", 1)[0]
-    if image is not None and (not _IMAGE.fullmatch(image) or len(name) > 255):  # reference.go: NameTotalLengthMax
-        raise InvalidInputError(
-            f"--image {safe_text(image, 120)!s}: not a container image reference",
-            hint="e.g. public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:TAG or REPOSITORY@sha256:DIGEST",
-        )
+    if options.image is not None:
+        check_image(options.image, "--image")
     if not _REGION.fullmatch(options.region):
         raise InvalidInputError(
             f"--region {safe_text(options.region, 60)!s}: not an AWS region name", hint="e.g. us-east-1, eu-west-2"
@@ -172,6 +180,7 @@ __all__ = [
     "ServingValues",
     "Stack",
     "check_compatible",
+    "check_image",
     "check_options",
     "check_out_dir",
     "parse_stack",

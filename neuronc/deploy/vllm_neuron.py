@@ -15,8 +15,10 @@ written by ``neuronc.backends.vllm_neuron.build.run_compile``; the plugin facts 
   (a graph missing from the cache is an error at start-up instead of a compile of up to half an hour
   on the serving host) and the plugin line's ``*_DISABLE_GRAPH_CAPTURE_BACKEND=1`` (0.21:
   ``VLLM_NEURON_``, 0.24+: ``NEURON_LIBTORCH_``).
-- ``VLLM_NEURON_BACKEND``: the route the graphs were compiled on, set explicitly (2.33's Precompile
-  Cache is off while it is unset); ``NEURON_LOGICAL_NC_CONFIG``: the LNC compiled for.
+- ``VLLM_NEURON_BACKEND``: the route the graphs were compiled on, when the compile set it (from 0.29
+  always: 2.33's Precompile Cache is off while it is unset; below 0.29 only when the compile host set
+  it, facts.route_to_set); ``NEURON_LOGICAL_NC_CONFIG``: the LNC compiled for;
+  ``NEURON_PLATFORM_TARGET_OVERRIDE``: the platform target compiled for (the plugin's key names it).
 - The compile's recorded ``VLLM_NEURON_*`` / ``NEURON_*`` variables (``compile_env``, KV sizing
   included): a host compile inherits the host's environment, and what it read must be what the
   server reads.
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 from neuronc.backends.support import Serves
 from neuronc.backends.vllm_neuron.engine import serve_env as engine_serve_env
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV, default_route
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV
 from neuronc.deploy._compose import CONTAINER_BUNDLE, endpoint_files, placement, replica_files
 from neuronc.deploy._quote import comment_text, sh_command, sh_env_file, sh_word
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
@@ -61,8 +63,9 @@ def serve_env(record: VllmNeuronRecord) -> dict[str, str]:
     return engine_serve_env(
         logical_nc_config=record.logical_nc_config,
         plugin=record.plugin,
-        route=record.route or default_route(record.plugin),
+        route=record.route,
         recorded_env={**record.kv_sizing_env, **record.compile_env},
+        target=record.target,
     )
 
 

@@ -1,22 +1,9 @@
-"""What serves a bundle (an image or this host), as the verdict compares it: ``image.py`` builds
-one for an image, ``neuronc.verdict`` judges a bundle against it. Below both, so that neither
-imports the other's caller."""
+"""What serves a bundle (an image or this host), as the verdict compares it: the type is the backends
+layer's (``neuronc.backends.serving``, where each family's serving capability reads it); ``image.py``
+builds one for an image, ``neuronc.verdict`` one for this host."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from neuronc.backends.serving import ServingSide
 
-
-@dataclass(frozen=True)
-class ServingSide:
-    """What serves the bundle: an image or this host."""
-
-    name: str  # the image reference, or "this host"
-    source: str  # where its values come from
-    versions: Mapping[str, str | None]
-    targets: tuple[str, ...] | None = None  # None: not known
-    env: Mapping[str, str] | None = None  # its own VLLM_NEURON_*/NEURON_* variables; None: not known
-    # True where the versions are what a recipe pins (the support matrix): a package it does not record
-    # is unknown there (unchecked), not absent. False where they were read from the image or host.
-    pins_only: bool = False
+__all__ = ["ServingSide"]

@@ -66,7 +66,7 @@ def tree_digest(root: Path) -> str:
 
 def inspect(state: dict[str, Any], args: list[str]) -> int:
     reference = args[-1]
-    if args[:2] != ["--format", "{{json .RepoDigests}}"] or len(args) != 3:
+    if args[:2] != ["--format", "{{json .RepoDigests}}"] or len(args) != 3 + (args[2:3] == ["--"]):
         print(f"unsupported inspect arguments {args}", file=sys.stderr)
         return 125
     found = find(state["images"], reference)
@@ -96,6 +96,9 @@ def run(state: dict[str, Any], args: list[str]) -> int:
     i = 0
     while i < len(args) and args[i].startswith("--"):
         flag = args[i]
+        if flag == "--":  # the end of the options, as docker's parser reads it
+            i += 1
+            break
         if flag == "--rm":
             i += 1
             continue
@@ -162,7 +165,7 @@ def main(argv: list[str]) -> int:
     if argv[:2] == ["image", "inspect"]:
         return inspect(state, argv[2:])
     if argv[:1] == ["pull"]:
-        return pull(state, argv[1])
+        return pull(state, argv[2] if argv[1:2] == ["--"] else argv[1])
     if argv[:2] == ["rm", "-f"]:
         return 0
     if argv[:1] == ["run"]:

@@ -216,7 +216,11 @@ class FakeRuntime:
 
         for release in releases():
             for image in release.images_serving(Serves.VLLM_NEURON):
-                self.add_image(image.reference, dict(image.packages), local=local)
+                packages = dict(image.packages)
+                lite = packages.get("libtorch-neuronx-lite")
+                if lite:  # no Dockerfile pins torch: the lite build's own (2.11.0.1.0.1284 is for torch 2.11.0)
+                    packages["torch"] = ".".join(lite.split(".")[:3])
+                self.add_image(image.reference, packages, local=local, env=dict(image.env or {}))
 
     def runs(self) -> list[dict[str, Any]]:
         return [c for c in self.state().get("calls", []) if "run" in c]

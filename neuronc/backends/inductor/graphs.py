@@ -49,11 +49,11 @@ DTYPE_NAMES: dict[Any, str] = {v: k for k, v in DTYPES.items()} | {torch.int64: 
 
 def load_config(model_dir: Path) -> Any:
     """The HF config of a model directory, forced to SDPA attention (what the graphs are built from)."""
-    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    # attn_implementation: PretrainedConfig's public keyword (not the private attribute).
+    config = AutoConfig.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="sdpa")
     if config.model_type not in SUPPORTED_MODEL_TYPES:
         msg = f"model_type '{config.model_type}' is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         raise ValueError(msg)
-    config._attn_implementation = "sdpa"
     return config
 
 

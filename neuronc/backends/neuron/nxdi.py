@@ -58,6 +58,7 @@ from neuronc.backends.neuron.files import (
 )
 from neuronc.backends.neuron.nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
 from neuronc.backends.neuron.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
+from neuronc.backends.neuron.serving import NxdiServing
 from neuronc.errors import MISSING_LIBRARY, EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hardware import chip
 from neuronc.hfcompat import legacy_rope_fields
@@ -65,6 +66,7 @@ from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack, StrictModel
 
 if TYPE_CHECKING:
+    from neuronc.backends.serving import ServingCapability
     from neuronc.spec import BuildSpec
 
 _MODELS = "neuronx_distributed_inference.models"
@@ -203,6 +205,7 @@ class NxdiBackend(NeuronBackend):
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "neuronx-distributed-inference"
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm,)
+    serving: ClassVar[ServingCapability | None] = NxdiServing()
     options_model: ClassVar[type[BaseModel] | None] = NxdiOptions
     description: ClassVar[str] = "NxD Inference: NeuronConfig/InferenceConfig, Neuron<Arch>ForCausalLM.compile()"
     packages: ClassVar[tuple[str, ...]] = (*NXD_PACKAGES, "neuronx-distributed-inference", "torch", "transformers")

@@ -47,6 +47,7 @@ from neuronc.backends.neuron.files import (
     is_hub_id,
 )
 from neuronc.backends.neuron.optimum_fields import OptimumNeuronOptions
+from neuronc.backends.neuron.serving import OptimumServing
 from neuronc.compile_cache import complete_modules
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from neuronc.backends.bucket_rules import BucketRules
+    from neuronc.backends.serving import ServingCapability
     from neuronc.spec import BuildSpec
 
 # NxDNeuronConfig fields neuronc sets from the profile, and the profile field each comes from.
@@ -175,6 +177,7 @@ class OptimumNeuronBackend(NeuronBackend):
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     toolchain_package: ClassVar[str | None] = "optimum-neuron"
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm, ServingStack.sagemaker, ServingStack.tgi)
+    serving: ClassVar[ServingCapability | None] = OptimumServing()
     uses_hf_neuron_cache: ClassVar[bool] = True
     options_model: ClassVar[type[BaseModel] | None] = OptimumNeuronOptions
     description: ClassVar[str] = "optimum-neuron: NeuronModelForCausalLM.export()"

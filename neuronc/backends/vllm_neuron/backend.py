@@ -26,6 +26,7 @@ from neuronc.backends.base import (
     HostRamModel,
     SpecProblem,
 )
+from neuronc.backends.containers import find_runtime
 from neuronc.backends.neuron.common import BUNDLE_PLACEHOLDER, NeuronBackend
 from neuronc.backends.neuron.env import NEURON_EXTRA_INDEX
 from neuronc.backends.neuron.files import backend_extra, bundle_line
@@ -46,8 +47,9 @@ from neuronc.backends.vllm_neuron.engine import (
     plan_graphs,
     serve_env,
 )
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV, default_route
-from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, find_runtime, requested_runner
+from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV
+from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, requested_runner
+from neuronc.backends.vllm_neuron.serving import VllmNeuronServing
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack, WeightsMode
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from neuronc.backends.bucket_rules import BucketRules
+    from neuronc.backends.serving import ServingCapability
     from neuronc.backends.vllm_neuron.build import RunnerPlan
     from neuronc.spec import BuildSpec
 
@@ -87,10 +90,16 @@ class VllmNeuronBackend(NeuronBackend):
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     # CPU compile traces on the meta device (no weights in memory); neuronx-cc runs per graph.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
-        8 * GIB, 0.0, 4 * GIB, False, "CPU compile mode traces on the meta device; neuronx-cc per parallel graph"
+        8 * GIB,
+        0.0,
+        4 * GIB,
+        False,
+        "neuronc's estimate, no source gives a per-compile figure: CPU compile mode traces on the meta device; "
+        "neuronx-cc per parallel graph (the plugin runs up to 8 at once, its default: cpu_compilation.md)",
     )
     toolchain_package: ClassVar[str | None] = "vllm-neuron"
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.vllm,)
+    serving: ClassVar[ServingCapability | None] = VllmNeuronServing()
     options_model: ClassVar[type[BaseModel] | None] = VllmNeuronOptions
     packages: ClassVar[tuple[str, ...]] = (
         "neuronx-cc",
@@ -268,8 +277,9 @@ def serve_snippet(bundle_dir: str, info: dict[str, Any]) -> str:
     env = serve_env(
         logical_nc_config=int(info.get("logical_nc_config") or 2),
         plugin=plugin,
-        route=str(info.get("route") or default_route(plugin)),
+        route=str(info["route"]) if info.get("route") else None,
         recorded_env=recorded,
+        target=str(info["platform_target"]) if info.get("platform_target") else None,
     )
     cache = shlex.quote(f"{bundle_dir}/{CACHE_DIR}")
     root = f'"${CACHE_ROOT_ENV}"'

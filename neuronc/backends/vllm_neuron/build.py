@@ -24,6 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from neuronc.backends.base import CompileJob, CompileResult
+from neuronc.backends.containers import (
+    Mount,
+    Runtime,
+    container_argv,
+    pinned_image,
+    pull_allowed,
+    remove_container,
+)
 from neuronc.backends.neuron.env import platform_target
 from neuronc.backends.neuron.files import copy_checkpoint, even_split
 from neuronc.backends.support import Image, Release, pin_mismatches
@@ -43,22 +51,15 @@ from neuronc.backends.vllm_neuron.facts import (
     FAIL_ON_MISS_ENV,
     KV_SIZING_ENV,
     LNC_ENV,
-    RECORDED_ENV_PREFIXES,
+    PLUGIN_ENV,
     ROUTE_ENV,
     TARGET_ENV,
-    default_route,
     env_value_problem,
     plugin_env,
+    route_to_set,
+    shapes_graphs,
 )
 from neuronc.backends.vllm_neuron.localfs import local_cache_root
-from neuronc.backends.vllm_neuron.runner import (
-    Mount,
-    Runtime,
-    container_argv,
-    pinned_image,
-    pull_allowed,
-    remove_container,
-)
 from neuronc.backends.worker import Workers
 from neuronc.errors import CompileError, EnvironmentIncompatibleError, InvalidInputError, log_tail
 
@@ -91,30 +92,27 @@ class RunnerPlan:
 
 # Runtime placement on the serving host (which NeuronCores): the host's to choose, never replayed.
 PLACEMENT_ENV = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES")
-# Paths on the compiling host (neuronx-cc's NEFF cache, the plugin's shared remote tier): where caches
-# live, not part of any graph's key; the serving host has its own, and a compile host's path means
-# nothing there.
-LOCATION_ENV = ("NEURON_COMPILE_CACHE_URL", "NEURON_LIBTORCH_REMOTE_CACHE")
 
 
-def route(plugin: str, environ: Mapping[str, str] | None = None) -> str:
-    """The compile route: ``VLLM_NEURON_BACKEND`` as set here, else the plugin line's default, so that the
-    compile and the server both set it explicitly (2.33's Precompile Cache is off while it is unset)."""
+def route(plugin: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The compile route: ``VLLM_NEURON_BACKEND`` as set here, else the value neuronc gives it for the
+    plugin line (none below 0.29: the variable stays unset, the plugin's own default; facts.route_to_set)."""
     env = os.environ if environ is None else environ
-    return env.get(ROUTE_ENV) or default_route(plugin)
+    return env.get(ROUTE_ENV) or route_to_set(plugin)
 
 
 def recorded_env(plugin: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Every ``VLLM_NEURON_*`` / ``NEURON_*`` variable set here that can change what is compiled: the
     manifest records them and the serve lines replay them. Not the ones neuronc sets for the compile
-    itself (CPU compile, target, LNC, route, workers), the no-compile switches (the server sets them),
-    the runtime's core placement or the host's cache locations. A value no serving file can carry is
-    refused (exit 2)."""
+    itself (CPU compile, target, LNC, route), the no-compile switches (the server sets them), nor any
+    that shapes no graph (``facts.shapes_graphs``: cache switches and locations, timeouts, worker
+    counts, the runtime's settings and core placement). A value no serving file can carry is refused
+    (exit 2)."""
     env = os.environ if environ is None else environ
     names = plugin_env(plugin)
     own = {CPU_COMPILE_ENV, TARGET_ENV, LNC_ENV, ROUTE_ENV, FAIL_ON_MISS_ENV, names.disable_graph_capture}
-    own |= {names.parallel_workers, *PLACEMENT_ENV, *LOCATION_ENV}
-    kept = {k: v for k, v in env.items() if k.startswith(RECORDED_ENV_PREFIXES) and k not in own}
+    own |= {line.disable_graph_capture for line in PLUGIN_ENV.values()}
+    kept = {k: v for k, v in env.items() if shapes_graphs(k) and k not in own}
     for key, value in kept.items():
         problem = env_value_problem(key, value)
         if problem is not None:
@@ -126,7 +124,11 @@ def recorded_env(plugin: str, environ: Mapping[str, str] | None = None) -> dict[
 
 def compile_env(spec: BuildSpec, plugin: str, cache_root: str, jobs: int) -> dict[str, str]:
     """The variables of the compile: this environment's recorded ones, CPU compile mode for the build's
-    target and LNC, the route, a staging cache."""
+    target and LNC, the route (when it is set), a staging cache. The parallel compile workers are the
+    plugin's to choose (its default 8, "bounded by available CPU and memory": cpu_compilation.md)
+    unless this environment sets the line's variable, which is passed on (never recorded: it shapes no
+    graph). ``jobs`` is neuronc's own pool size, not the plugin's."""
+    del jobs  # the plugin runs its own workers (above)
     names = plugin_env(plugin)
     env = recorded_env(plugin)
     env.update(
@@ -134,14 +136,18 @@ def compile_env(spec: BuildSpec, plugin: str, cache_root: str, jobs: int) -> dic
             CPU_COMPILE_ENV: "1",
             TARGET_ENV: platform_target(spec.target),
             LNC_ENV: str(logical_nc(spec)),
-            ROUTE_ENV: route(plugin),
             CACHE_ROOT_ENV: cache_root,
-            names.parallel_workers: str(max(1, jobs)),
             # Everything it reads is in the bundle: never the network.
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
         }
     )
+    chosen = route(plugin)
+    if chosen:
+        env[ROUTE_ENV] = chosen
+    workers = os.environ.get(names.parallel_workers)
+    if workers and env_value_problem(names.parallel_workers, workers) is None:
+        env[names.parallel_workers] = workers
     return env
 
 
@@ -275,10 +281,11 @@ def _compile_into(job: CompileJob, plan: RunnerPlan, checkpoint: Path, cache_roo
             "engine_kwargs": recorded_kwargs,
             "engine_args": engine_cli(pinned_kwargs),
             "kv_sizing_env": kv_sizing_env(),
-            "route": env[ROUTE_ENV],
+            "route": env.get(ROUTE_ENV),
             "num_gpu_blocks": blocks,
             "compile_env": recorded_env(plan.plugin),
             "versions_in_runner": versions,
+            "python": outcome["python"] if isinstance(outcome.get("python"), str) else None,
         },
         "timing": "the engine compiles every bucket in one warm-up; per-graph seconds are its total split evenly",
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import platform
 import sys
 import time
 import traceback
@@ -62,7 +63,13 @@ def main(argv: list[str]) -> int:
         with open(result_file, "w", encoding="utf-8") as f:
             json.dump(outcome, f)
         return 1
-    outcome = {"seconds": round(time.monotonic() - started, 3), "versions": versions, "num_gpu_blocks": blocks}
+    outcome = {
+        "seconds": round(time.monotonic() - started, 3),
+        "versions": versions,
+        "num_gpu_blocks": blocks,
+        # NKI kernels are cached per Python version: the verdict warns when the server runs another.
+        "python": platform.python_version(),
+    }
     with open(result_file, "w", encoding="utf-8") as f:
         json.dump(outcome, f)
     return 0

@@ -43,7 +43,9 @@ from neuronc.backends.vllm_neuron.facts import (
     FAIL_ON_MISS_ENV,
     LNC_ENV,
     ROUTE_ENV,
+    TARGET_ENV,
     plugin_env,
+    shapes_graphs,
 )
 from neuronc.hardware import lnc
 from neuronc.spec import PositiveInt, StrictModel
@@ -64,7 +66,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 class VllmNeuronOptions(StrictModel):
     """``options:`` of the vllm-neuron backend."""
 
-    logical_nc_config: Literal[1, 2] | None = Field(default=None, description="logical NeuronCore size (default 2)")
+    # 2 only: the plugin's neuronx-cc command passes no --lnc and its docs never name LNC (support matrix,
+    # VLLM-NEURON-LNC); the profile check names that source for a 1.
+    logical_nc_config: Literal[2] | None = Field(default=None, description="logical NeuronCore size: 2 (the default)")
     num_seqs_buckets: list[PositiveInt] | None = Field(
         default=None, description="decode batch buckets; the largest must be batch_size (default: powers of two)"
     )
@@ -144,19 +148,33 @@ def engine_kwargs(spec: BuildSpec, checkpoint: str) -> dict[str, Any]:
     return kwargs
 
 
-def serve_env(*, logical_nc_config: int, plugin: str, route: str, recorded_env: Mapping[str, str]) -> dict[str, str]:
+def serve_env(
+    *,
+    logical_nc_config: int,
+    plugin: str,
+    route: str | None,
+    recorded_env: Mapping[str, str],
+    target: str | None = None,
+) -> dict[str, str]:
     """The served engine's variables (but ``VLLM_CACHE_ROOT``, a writable copy made at start): the
     compile's recorded ``VLLM_NEURON_*`` / ``NEURON_*`` variables (KV sizing included: it shapes every
-    NEFF), then the route and the LNC as compiled, and both no-compile switches: a cache miss is fatal
-    (``VLLM_NEURON_DISABLE_WARMUP_COMPILE``) and no graph is captured (the line's
-    ``*_DISABLE_GRAPH_CAPTURE_BACKEND``), cpu_compilation.md."""
-    return {
-        **recorded_env,
-        ROUTE_ENV: route,
-        LNC_ENV: str(logical_nc_config),
-        FAIL_ON_MISS_ENV: "1",
-        plugin_env(plugin).disable_graph_capture: "1",
-    }
+    NEFF), then the route as compiled (only when the compile set it: unset is the plugin's own default
+    below 0.29, facts.route_to_set), the LNC and the platform target compiled for (the plugin's key
+    takes its target from ``NEURON_PLATFORM_TARGET_OVERRIDE``, else the compiler arguments, else the
+    runtime's detection: 0.21 fork ``compile/cache.py``, ``_normalize_compiler_args``; pinned, the key
+    cannot name the chip another way, as Trn3's ``trn3pds``), and both no-compile switches: a cache
+    miss is fatal (``VLLM_NEURON_DISABLE_WARMUP_COMPILE``) and no graph is captured (the line's
+    ``*_DISABLE_GRAPH_CAPTURE_BACKEND``), cpu_compilation.md. A recorded variable that shapes no graph
+    (a cache switch, a location, a timeout: ``facts.shapes_graphs``) is never replayed."""
+    env = {k: v for k, v in recorded_env.items() if shapes_graphs(k)}
+    if route:
+        env[ROUTE_ENV] = route
+    env[LNC_ENV] = str(logical_nc_config)
+    if target:
+        env[TARGET_ENV] = target
+    env[FAIL_ON_MISS_ENV] = "1"
+    env[plugin_env(plugin).disable_graph_capture] = "1"
+    return env
 
 
 # The EngineArgs fields ``engine_kwargs`` can set besides the checkpoint, and how ``engine_cli`` writes

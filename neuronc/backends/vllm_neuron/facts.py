@@ -97,6 +97,34 @@ PLUGIN_ENV: dict[str, PluginEnv] = {
 }
 
 
+# Variables that shape no graph: where caches live, whether they are used, how long a compile may take,
+# how many compile in parallel, and the runtime's own settings (logging, core placement). A compile
+# host with any of them set compiles the same graphs; never recorded, hashed, replayed or compared.
+# Sources: the 0.21 plugin raises ValueError when VLLM_NEURON_DISABLE_COMPILE_CACHE is set together
+# with VLLM_NEURON_DISABLE_WARMUP_COMPILE (fork vllm_neuron/compile/backend.py, compile()), and the
+# SDK's compilation_cache.md calls the warm-up switch "incompatible with
+# NEURON_LIBTORCH_DISABLE_COMPILE_CACHE": replaying a compile host's cache switch next to the serve
+# files' warm-up switch stops the server at start (third audit).
+NOT_GRAPH_ENV = frozenset(
+    {
+        "VLLM_NEURON_DISABLE_COMPILE_CACHE",
+        "NEURON_LIBTORCH_DISABLE_COMPILE_CACHE",
+        "VLLM_NEURON_ASSERT_CACHE_HIT",
+        "NEURON_COMPILE_CACHE_URL",
+        *(name for line in PLUGIN_ENV.values() for name in (line.remote_cache, line.parallel_workers)),
+        *(line.compilation_timeout for line in PLUGIN_ENV.values()),
+    }
+)
+NOT_GRAPH_PREFIXES = ("NEURON_RT_",)  # the Neuron runtime: log levels, visible cores, timeouts
+
+
+def shapes_graphs(name: str) -> bool:
+    """Whether a ``VLLM_NEURON_*`` / ``NEURON_*`` variable can change what the plugin compiles."""
+    return (
+        name.startswith(RECORDED_ENV_PREFIXES) and name not in NOT_GRAPH_ENV and not name.startswith(NOT_GRAPH_PREFIXES)
+    )
+
+
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
 
 
@@ -123,6 +151,16 @@ def default_route(plugin_version: str) -> str:
     """The route the plugin takes when ``VLLM_NEURON_BACKEND`` is unset: the XLA route ("vllm_neuron")
     before 0.29 (SDK 2.33), the native route after."""
     return "neuron_native" if plugin_line(plugin_version) >= 29 else "vllm_neuron"
+
+
+def route_to_set(plugin_version: str) -> str | None:
+    """The value neuronc gives ``VLLM_NEURON_BACKEND`` when the compile's environment does not set it:
+    none before 0.29 (the variable stays unset, the plugin's own default: the 0.21 line's
+    ``register()`` says "If VLLM_NEURON_BACKEND is not set, defaults to vllm_neuron", the 0.24 line
+    lists it as "(unset)" and names its XLA value ``neuron_libtorch``, so ``vllm_neuron`` is a value that
+    line may refuse); ``neuron_native`` from 0.29 (SDK 2.33), whose Precompile Cache is on only when the
+    variable is set explicitly (../shared/reference/neuron-stack-2026.md, third audit)."""
+    return default_route(plugin_version) if plugin_line(plugin_version) >= 29 else None
 
 
 def plugin_env(plugin_version: str) -> PluginEnv:
@@ -166,6 +204,8 @@ __all__ = [
     "METADATA_FILE",
     "METADATA_KEY_FIELD",
     "NEFF_FILE",
+    "NOT_GRAPH_ENV",
+    "NOT_GRAPH_PREFIXES",
     "PLUGIN_ENV",
     "RECORDED_ENV_PREFIXES",
     "REMOTE_FS_PREFIXES",
@@ -176,4 +216,6 @@ __all__ = [
     "env_value_problem",
     "plugin_env",
     "plugin_line",
+    "route_to_set",
+    "shapes_graphs",
 ]

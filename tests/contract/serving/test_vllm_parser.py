@@ -49,6 +49,8 @@ PLUGIN_ENV = {
     "VLLM_NEURON_BACKEND",
     "VLLM_NEURON_DISABLE_GRAPH_CAPTURE_BACKEND",
     "NEURON_LIBTORCH_DISABLE_GRAPH_CAPTURE_BACKEND",
+    # The platform target the plugin's cache key names (0.21 fork compile/cache.py, facts.TARGET_ENV).
+    "NEURON_PLATFORM_TARGET_OVERRIDE",
 }
 VERSION = vllm.__version__.split("+")[0]
 NXDI_IMAGES = [i for r in releases() for i in r.images_serving(Serves.NXDI)]
