@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from neuronc.backends.bucket_rules import BucketRules
     from neuronc.backends.support import Resolution
+    from neuronc.backends.weights_binding import WeightsBinding
     from neuronc.spec import BuildSpec, ServingStack, WeightsMode
 
 
@@ -182,6 +183,8 @@ class Backend(Protocol):
     uses_hf_neuron_cache: ClassVar[bool]
     # The serving stacks (`neuronc deploy --for`) that load this backend's bundles, the usual one first.
     serving_stacks: ClassVar[tuple[ServingStack, ...]]
+    # Whether the compiled artifacts embed the weights, with the upstream source (neuronc.backends.weights_binding).
+    weights_binding: ClassVar[WeightsBinding]
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
 
