@@ -140,3 +140,45 @@ def test_hash_diff_names_weights(base_and_ft: tuple[Path, Path]) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [d["field"] for d in data["comparisons"][0]["differences"]] == ["weights"]
+
+
+BACKEND_TARGETS = {
+    "inductor": "cpu",
+    "nxdi": "inf2",
+    "optimum-neuron": "inf2",
+    "transformers-neuronx": "inf2",
+    "torch-neuronx": "inf2",
+    "vllm-neuron": "trn2",
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BACKEND_TARGETS))
+def test_rebind_is_refused_where_graphs_may_hold_the_weights(backend: str, tmp_path: Path) -> None:
+    """Per backend: a fine-tune shares the base's graphs key only where the backend's graphs keep the
+    weights apart; rebind is refused where they embed them (or no source says), and where the backend
+    writes its weights in its own format (neuronc cannot stage them without its compile)."""
+    from neuronc.pipeline.rebind import rebind_refusal
+
+    assert set(BACKEND_TARGETS) == set(backend_names())
+    write_tiny_llama(tmp_path / "base")
+    write_tiny_llama(tmp_path / "ft")
+    _perturb(tmp_path / "ft")
+    contexts = []
+    for name in ("base", "ft"):
+        profile = tmp_path / f"{name}.yaml"
+        text = f"model: {{id: {name}}}\nbackend: {backend}\ntarget: {BACKEND_TARGETS[backend]}\nsequence: {{max_length: 64}}\n"
+        profile.write_text(text)
+        contexts.append(resolve_build(load_profile(profile).builds[0], strict=False))
+    base, ft = (c.config for c in contexts)
+    binding = weights_binding_of(contexts[0].backend)
+    assert base.embeds_weights is binding.embeds and base.hash != ft.hash
+    refusal = rebind_refusal(contexts[1])
+    if binding.embeds is False:
+        assert base.graphs_hash == ft.graphs_hash
+    else:
+        assert base.graphs_hash != ft.graphs_hash  # the weights are part of its graphs key
+        assert refusal is not None and binding.source in refusal
+    if backend == "inductor":
+        assert refusal is None
+    else:
+        assert refusal is not None
