@@ -133,6 +133,10 @@ def plan_builds(
             store_status: dict[str, Any] = {"status": UNRESOLVED, "store": resolved.location, "note": reason}
         else:
             store_status = resolved.probe(ctx.config_key.hash, ctx.toolchain_key).to_json()
+            if store_status["status"] != "hit":
+                from neuronc.pipeline.rebind import rebind_plan
+
+                store_status = rebind_plan(resolved, ctx) or store_status
         if not availability.available:
             store_status["note"] = (
                 f"the {spec.backend} toolchain is not installed here ({availability.reason}); "

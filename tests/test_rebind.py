@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from _demo import Demo
 from _finetune import demo_copy, perturb_checkpoint
+from click.testing import CliRunner
 
 from neuronc.bundle import read_manifest
+from neuronc.cli import app
 from neuronc.pipeline import compile_profiles
 
 PROMPT = "The quick brown fox"
@@ -95,6 +97,14 @@ def test_no_rebind_from_a_bundle_whose_graphs_may_hold_weights(demo: Demo, tmp_p
     ctx = resolve_build(load_profile(ft_profile).builds[0])
     store = open_store(demo.store)
     assert graphs_source(store, ctx) is not None
+    # `plan` shows the rebind as its own status, with the bundle the graphs come from and the expected time.
+    result = CliRunner().invoke(app, ["plan", str(ft_profile), "--store", str(demo.store), "--json"])
+    assert result.exit_code == 0, result.output
+    [planned] = json.loads(result.stdout)["builds"]
+    assert planned["store"]["status"] == "rebind"
+    assert planned["store"]["graphs_from"]["config_hash"] == demo.report.config_hash
+    assert 0 < planned["store"]["expected_seconds"] < demo.report.wall_seconds
+    assert {g["store"] for g in planned["graphs"]} == {"rebind"}
     # The same graphs key, but the backend's graphs declared as holding the weights: no source.
     from dataclasses import replace
 

@@ -66,6 +66,28 @@ def graphs_source(store: BundleStore, ctx: BuildContext) -> StoreEntry | None:
     return None
 
 
+# The stages of a build that a rebind runs again (the rest - pre-flight, compile - it does not run).
+_STAGING_STAGES = frozenset({"resolve", "split", "model_files"})
+
+
+def rebind_plan(store: BundleStore, ctx: BuildContext) -> dict[str, Any] | None:
+    """What `neuronc plan` says of a build a compile would rebind (None: it would not): the bundle the
+    graphs would come from, and the expected time (that bundle's own weights-staging stages: the same
+    architecture, so the same bytes to split and copy)."""
+    entry = graphs_source(store, ctx)
+    if entry is None:
+        return None
+    manifest = entry.manifest
+    seconds = sum(s.wall_seconds for s in manifest.stages if s.name in _STAGING_STAGES)
+    return {
+        "status": "rebind",
+        "store": store.location,
+        "graphs_from": {"config_hash": manifest.config_hash, "bundle": entry.location},
+        "expected_seconds": round(seconds, 3),
+        "note": f"graphs from {manifest.config_hash[:12]}; only the weights are staged (about {seconds:.1f} s)",
+    }
+
+
 def _graphs_key(manifest: Manifest) -> str | None:
     keys = manifest.extra.get("keys")
     if not isinstance(keys, Mapping) or keys.get("scheme") != KEY_SCHEME or keys.get("embeds_weights") is not False:
@@ -153,4 +175,4 @@ def _layout(weights_dir: Path) -> dict[str, dict[str, tuple[str, tuple[int, ...]
     return layout
 
 
-__all__ = ["Rebound", "graphs_source", "rebind_into_store", "rebind_refusal"]
+__all__ = ["Rebound", "graphs_source", "rebind_into_store", "rebind_plan", "rebind_refusal"]
