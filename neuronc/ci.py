@@ -136,7 +136,7 @@ def plan_builds(
             if store_status["status"] != "hit":
                 from neuronc.pipeline.rebind import rebind_plan
 
-                store_status = rebind_plan(resolved, ctx) or store_status
+                store_status |= rebind_plan(resolved, ctx) or {}
         if not availability.available:
             store_status["note"] = (
                 f"the {spec.backend} toolchain is not installed here ({availability.reason}); "

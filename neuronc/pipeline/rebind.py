@@ -71,7 +71,8 @@ _STAGING_STAGES = frozenset({"resolve", "split", "model_files"})
 
 
 def rebind_plan(store: BundleStore, ctx: BuildContext) -> dict[str, Any] | None:
-    """What `neuronc plan` says of a build a compile would rebind (None: it would not): the bundle the
+    """What `neuronc plan` adds to the store's status of a build a compile would rebind (None: it would
+    not): the bundle the
     graphs would come from, and the expected time (that bundle's own weights-staging stages: the same
     architecture, so the same bytes to split and copy)."""
     entry = graphs_source(store, ctx)
@@ -81,7 +82,6 @@ def rebind_plan(store: BundleStore, ctx: BuildContext) -> dict[str, Any] | None:
     seconds = sum(s.wall_seconds for s in manifest.stages if s.name in _STAGING_STAGES)
     return {
         "status": "rebind",
-        "store": store.location,
         "graphs_from": {"config_hash": manifest.config_hash, "bundle": entry.location},
         "expected_seconds": round(seconds, 3),
         "note": f"graphs from {manifest.config_hash[:12]}; only the weights are staged (about {seconds:.1f} s)",

@@ -257,14 +257,14 @@ def _rebind(ctx: BuildContext, store: BundleStore, options: BuildOptions, clock:
     with store.lock(ctx.config.hash, ctx.toolchain_key, on_wait=waiting):
         found = store.lookup(ctx.config.hash, ctx.toolchain_key)
         if found is not None:
-            message = ("built concurrently by another process; reused",)
-            return Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)), message)
+            reused = ("built concurrently by another process; reused",)
+            return Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)), reused)
         rebound = rebind_into_store(ctx, store, options, clock, entry)
     if rebound is None:
         say(f"{ctx.label}: the weights do not fit the stored graphs (tensor names, shapes or dtypes): compiling")
         return None
-    message = f"graphs from {rebound.source['config_hash'][:12]} ({rebound.source['bundle']}); no graph compiled"
-    return Outcome(BuildStatus.REBOUND, rebound.bundle, rebound.graphs, (message,), rebound.source)
+    origin = f"graphs from {rebound.source['config_hash'][:12]} ({rebound.source['bundle']}); no graph compiled"
+    return Outcome(BuildStatus.REBOUND, rebound.bundle, rebound.graphs, (origin,), rebound.source)
 
 
 def _place_out(
