@@ -28,7 +28,7 @@ from neuronc.store import BundleStore
 if TYPE_CHECKING:
     from neuronc.bundle import Manifest
     from neuronc.pipeline.run import BuildOptions
-    from neuronc.store._records import StoreEntry
+    from neuronc.store import StoreEntry
 
 
 @dataclass(frozen=True)
