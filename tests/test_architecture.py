@@ -24,7 +24,6 @@ CORE = (
     "bundle",
     "checkpoint",
     "keys.py",
-    "ci.py",
     "spec.py",
 )
 
@@ -75,7 +74,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo", "buckets"}),
-    frozenset({"ci", "verdict"}),  # verdict: the pre-boot verdict, over deploy's serving values
+    frozenset({"verdict"}),  # the pre-boot verdict, over deploy's serving values
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
@@ -559,3 +558,9 @@ def test_the_cli_passes_typed_reports_not_any() -> None:
     for rel, most in CLICK_TYPED.items():
         n = any_uses(PACKAGE / rel)
         assert n <= most, f"{rel}: {n} uses of Any, at most {most}: only Click's callback and parameter types need it"
+
+
+def test_plan_and_matrix_live_beside_compile_in_the_pipeline() -> None:
+    """`plan` and `matrix` are pipeline stages over resolved builds, not a root `ci.py` (issue 39)."""
+    assert not (PACKAGE / "ci.py").exists()
+    assert (PACKAGE / "pipeline" / "plan.py").is_file()

@@ -195,8 +195,8 @@ def test_compile_takes_a_directory_of_profiles(tmp_path: Path, runner: CliRunner
 def test_plan_matrix_and_compile_size_a_build_at_its_resolved_commit(
     hub_profile: Path, tmp_path: Path, runner: CliRunner
 ) -> None:
-    from neuronc.ci import matrix_entries, plan_builds
     from neuronc.pipeline import resolve_build
+    from neuronc.pipeline.plan import matrix_entries, plan_builds
     from neuronc.profile import load_builds
 
     _move_main(tmp_path, layers=3)  # COMMIT's config has 1 layer, MOVED's (main now) 3

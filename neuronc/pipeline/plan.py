@@ -1,5 +1,5 @@
-"""The CI view of a set of builds: `neuronc plan` (store, HF Neuron cache and pre-flight per build and
-graph) and `neuronc matrix` (one CI job per bundle, with the runner it needs)."""
+"""The CI view of a set of builds, beside `compile` in the pipeline: `neuronc plan` (store, HF Neuron
+cache and pre-flight per build and graph) and `neuronc matrix` (one CI job per bundle, with the runner it needs)."""
 
 from __future__ import annotations
 
