@@ -182,3 +182,11 @@ def test_rebind_is_refused_where_graphs_may_hold_the_weights(backend: str, tmp_p
         assert refusal is None
     else:
         assert refusal is not None
+
+
+def test_hash_prints_the_graphs_and_weights_keys(base_and_ft: tuple[Path, Path]) -> None:
+    result = CliRunner().invoke(app, ["hash", *map(str, base_and_ft), "--json"])
+    assert result.exit_code == 0, result.output
+    base, ft = json.loads(result.stdout)["hashes"]
+    assert base["graphs_key"] == ft["graphs_key"] and base["weights_key"] != ft["weights_key"]
+    assert base["config_hash"] != ft["config_hash"]
