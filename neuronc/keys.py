@@ -1,11 +1,15 @@
-"""What makes two builds the same: canonical JSON, the config hash, the toolchain key.
+"""What makes two builds the same: canonical JSON, the graphs key, the weights key, the bundle key,
+the toolchain key.
 
-The config hash covers exactly the inputs that change the compiled output (model identity, task,
-backend, target, tp, batch, dtype, buckets, weights mode, backend options, effective compiler flags
-including ``NEURON_CC_FLAGS``, and the environment variables the backend's compile reads that shape
-its output, ``Backend.keyed_environment``): everything recorded because it shapes the output is
-hashed. Names, descriptions, file paths, output directories and job counts are not hashed. The
-toolchain key covers the versions a compiled artifact is tied to.
+The *graphs key* covers everything that shapes the compiled graphs (the architecture part of
+config.json, task, backend, target, tp, batch, dtype, buckets, backend options, effective compiler
+flags including ``NEURON_CC_FLAGS``, the environment variables the backend's compile reads,
+``Backend.keyed_environment``). The *weights key* covers the weights mode and the weights' content
+(SHA-256 of every weight file, or a hub model's commit). The *bundle key* (the config hash a store
+is looked up by) is derived from both. Where a backend's compiled artifacts embed the weights, or no
+source says they do not, the weights fields are part of its graphs key too. Names, descriptions,
+file paths, output directories and job counts are not hashed. The toolchain key covers the versions
+a compiled artifact is tied to; every lookup pairs a key with it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import hashlib
 import json
 import os
 import shlex
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,8 +27,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
 
-HASHED_FIELDS = (
-    "model.identity",
+# The scheme of the keys: 2 splits a bundle key into a graphs key and a weights key and covers the
+# weights' content. A bundle keyed under scheme 1 (a local model by its files' names, sizes and
+# headers) is never found under a scheme-2 key: the bundle key is a hash of another text.
+KEY_SCHEME = 2
+
+# Everything that shapes the compiled graphs.
+GRAPHS_FIELDS = (
+    "model.architecture",
     "model.task",
     "backend",
     "target",
@@ -36,11 +45,15 @@ HASHED_FIELDS = (
     "sequence.max_context_length",
     "sequence.context_buckets",
     "sequence.token_buckets",
-    "weights",
     "options",
     "compiler_flags",
     "environment",
 )
+# The weights a bundle carries: how they are staged, and their content.
+WEIGHTS_FIELDS = ("weights.mode", "weights")
+HASHED_FIELDS = (*GRAPHS_FIELDS, *WEIGHTS_FIELDS)
+# config.json fields that name or date a checkpoint and shape nothing compiled from it.
+CONFIG_UNKEYED = frozenset({"_name_or_path", "transformers_version"})
 
 
 def canonical_json(data: Any) -> str:
@@ -98,75 +111,87 @@ def effective_compiler_flags(
     return applied_compiler_flags(mode, spec.compiler_flags, os.environ if environ is None else environ)
 
 
-def model_identity(spec: BuildSpec, *, model_dir: Path | None, resolved_revision: str | None) -> dict[str, Any]:
-    """Hub id + revision, or for a local directory a fingerprint of config.json and checkpoint headers."""
+def model_architecture(config: Mapping[str, Any] | None, *, hub_id: str, revision: str | None) -> dict[str, Any]:
+    """The architecture part of config.json (every field but those that only name or date the checkpoint).
+
+    A hub model whose config.json is not on this machine (and cannot be fetched) is keyed by its
+    commit instead: correct (the commit fixes config.json), but it shares graphs with nothing.
+    """
+    if config is None:
+        return {"hub_id": hub_id, "revision": revision}
+    return {"config": {k: v for k, v in config.items() if k not in CONFIG_UNKEYED}}
+
+
+def weights_identity(spec: BuildSpec, *, model_dir: Path | None, resolved_revision: str | None) -> dict[str, Any]:
+    """The weights' content: for a local directory the SHA-256 of every weight file (kept by file
+    identity, ``neuronc.model.digests``); for a hub model the commit, which fixes every file's LFS
+    pointer and so its SHA-256 (nothing is downloaded to key it)."""
     if model_dir is not None:
-        return {"local_fingerprint": local_checkpoint_fingerprint(model_dir)}
+        return {"local_files": local_weight_digests(model_dir)}
     return {"hub_id": spec.model.id, "revision": resolved_revision or spec.model.revision}
 
 
-def local_checkpoint_fingerprint(directory: Path) -> str:
-    """SHA-256 over config.json and, per weight file, its name, size and (for safetensors) header.
-
-    Reading only headers keeps this instant on multi-GB checkpoints; tensor values are recorded
-    separately, per file, in the manifest's weights source.
-    """
-    digest = hashlib.sha256()
-    config = directory / "config.json"
-    if config.is_file():
-        digest.update(b"config.json\0" + config.read_bytes() + b"\0")
-    weight_files = sorted(
+def weight_files(directory: Path) -> list[Path]:
+    """A checkpoint directory's weight files (safetensors, PyTorch ``.bin``, their index), sorted."""
+    return sorted(
         p
         for p in directory.iterdir()
         if p.is_file() and (p.suffix in {".safetensors", ".bin"} or p.name.endswith(".index.json"))
     )
-    for path in weight_files:
-        size = path.stat().st_size
-        digest.update(f"{path.name}\0{size}\0".encode())
-        if path.suffix == ".safetensors":
-            digest.update(_safetensors_header(path))
-        elif path.name.endswith(".index.json"):
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
-def _safetensors_header(path: Path) -> bytes:
-    with path.open("rb") as f:
-        prefix = f.read(8)
-        if len(prefix) != 8:
-            return b""
-        (length,) = struct.unpack("<Q", prefix)
-        if length > 100 * 1024 * 1024:
-            return b""
-        return f.read(length)
+def local_weight_digests(directory: Path, *, jobs: int | None = None) -> dict[str, str]:
+    """File name to SHA-256 of every weight file in ``directory`` (hashed once per file version)."""
+    from neuronc.model.digests import file_digests
+
+    files = weight_files(directory)
+    return dict(zip((p.name for p in files), file_digests(files, jobs=jobs), strict=True))
 
 
 @dataclass(frozen=True)
 class ConfigKey:
-    """The config hash and the inputs it was computed from."""
+    """A build's keys and the inputs they were computed from.
+
+    ``hash`` is the bundle key (the config hash stores and ``--only`` name), derived from the graphs
+    key and the weights key. ``graphs_hash`` covers the fields that shape the compiled graphs, and
+    the weights fields too where the backend's graphs embed the weights (``embeds_weights`` not
+    False): such a build is never rebound.
+    """
 
     hash: str
     inputs: dict[str, Any]
     fields: tuple[str, ...] = HASHED_FIELDS
+    graphs_hash: str = ""
+    weights_hash: str = ""
+    embeds_weights: bool | None = None
 
     @property
     def short(self) -> str:
         return self.hash[:12]
 
+    def keys_record(self) -> dict[str, Any]:
+        """What a manifest records of the keys (``extra.keys``): how the bundle key was derived."""
+        return {
+            "scheme": KEY_SCHEME,
+            "graphs": self.graphs_hash,
+            "weights": self.weights_hash,
+            "embeds_weights": self.embeds_weights,
+        }
+
 
 def hashed_inputs(
     spec: BuildSpec,
-    identity: Mapping[str, Any],
+    architecture: Mapping[str, Any],
+    weights: Mapping[str, Any],
     flags_mode: CompilerFlagsMode,
     environ: Mapping[str, str] | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The hashed inputs; ``environment``: the backend's ``keyed_environment`` (variables that shape the
-    output). It is an input only when not empty, so a build whose compile reads no such variable keeps
-    the key it had before the field existed (the stored bundles stay hits)."""
+    output). It is an input only when not empty."""
     seq = spec.sequence
     inputs: dict[str, Any] = {
-        "model.identity": dict(identity),
+        "model.architecture": dict(architecture),
         "model.task": spec.model.task,
         "backend": spec.backend,
         "target": spec.target,
@@ -177,13 +202,27 @@ def hashed_inputs(
         "sequence.max_context_length": seq.max_context_length,
         "sequence.context_buckets": list(seq.context_buckets),
         "sequence.token_buckets": list(seq.token_buckets),
-        "weights": spec.weights,
         "options": spec.options,
         "compiler_flags": effective_compiler_flags(spec, flags_mode, environ),
+        "weights.mode": spec.weights,
+        "weights": dict(weights),
     }
     if environment:
         inputs["environment"] = dict(sorted(environment.items()))
     return inputs
+
+
+def derive_keys(inputs: Mapping[str, Any], embeds_weights: bool | None) -> tuple[str, str, str]:
+    """(bundle key, graphs key, weights key) of a set of hashed inputs.
+
+    The graphs key covers the graphs fields, and the weights fields too unless the backend's
+    compiled artifacts are known not to embed the weights (``embeds_weights is False``).
+    """
+    graph_names = GRAPHS_FIELDS if embeds_weights is False else HASHED_FIELDS
+    graphs = sha256_text(canonical_json({n: inputs[n] for n in graph_names if n in inputs}))
+    weights = sha256_text(canonical_json({n: inputs[n] for n in WEIGHTS_FIELDS if n in inputs}))
+    bundle = sha256_text(canonical_json({"scheme": KEY_SCHEME, "graphs": graphs, "weights": weights}))
+    return bundle, graphs, weights
 
 
 def config_key(
@@ -194,18 +233,28 @@ def config_key(
     revision: str | None,
     environ: Mapping[str, str] | None = None,
     environment: Mapping[str, str] | None = None,
+    model_config: Mapping[str, Any] | None = None,
+    embeds_weights: bool | None = None,
 ) -> ConfigKey:
-    """A build's config hash (full 64 hex digits) and the hashed inputs.
+    """A build's bundle key (full 64 hex digits), its graphs and weights keys, and the hashed inputs.
 
     ``model_dir`` is the model's local directory (None: a hub model, identified by ``revision``,
-    the commit its revision resolved to); ``flags_mode`` is how the build's backend applies
-    compiler flags; ``environment`` the variables the backend's compile reads that shape its output
-    (``Backend.keyed_environment``). ``neuronc.pipeline.resolve_build`` works them out, once per build.
+    the commit its revision resolved to, and ``model_config``, its config.json at that commit when
+    this machine has it); ``flags_mode`` is how the build's backend applies compiler flags;
+    ``environment`` the variables the backend's compile reads that shape its output
+    (``Backend.keyed_environment``); ``embeds_weights`` the backend's ``weights_binding.embeds``.
+    ``neuronc.pipeline.resolve_build`` works them out, once per build.
     """
-    identity = model_identity(spec, model_dir=model_dir, resolved_revision=revision)
-    inputs = hashed_inputs(spec, identity, flags_mode, environ, environment)
+    if model_dir is not None:
+        from neuronc.model.files import read_model_config
+
+        model_config = read_model_config(model_dir, required=False)
+    architecture = model_architecture(model_config, hub_id=spec.model.id, revision=revision or spec.model.revision)
+    weights = weights_identity(spec, model_dir=model_dir, resolved_revision=revision)
+    inputs = hashed_inputs(spec, architecture, weights, flags_mode, environ, environment)
     fields = tuple(name for name in HASHED_FIELDS if name in inputs)
-    return ConfigKey(hash=sha256_text(canonical_json(inputs)), inputs=inputs, fields=fields)
+    bundle, graphs, weights_hash = derive_keys(inputs, embeds_weights)
+    return ConfigKey(bundle, inputs, fields, graphs, weights_hash, embeds_weights)
 
 
 def spec_model_dir(spec: BuildSpec) -> Path | None:

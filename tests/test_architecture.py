@@ -24,7 +24,6 @@ CORE = (
     "bundle",
     "checkpoint",
     "keys.py",
-    "ci.py",
     "spec.py",
 )
 
@@ -75,7 +74,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo", "buckets", "serve"}),  # serve: `neuronc serve` over runtime
-    frozenset({"ci", "verdict"}),  # verdict: the pre-boot verdict, over deploy's serving values
+    frozenset({"verdict"}),  # the pre-boot verdict, over deploy's serving values
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
@@ -613,3 +612,9 @@ def test_the_family_import_check_sees_aliased_parent_and_function_level_imports(
     known = {**modules(), "neuronc.probe": path}
     targets = {t.split(".")[2] for t in all_imports("neuronc.probe", path, known) if t.count(".") >= 2}
     assert targets >= {"inductor", "vllm_neuron", "neuron"}
+
+
+def test_plan_and_matrix_live_beside_compile_in_the_pipeline() -> None:
+    """`plan` and `matrix` are pipeline stages over resolved builds, not a root `ci.py` (issue 39)."""
+    assert not (PACKAGE / "ci.py").exists()
+    assert (PACKAGE / "pipeline" / "plan.py").is_file()

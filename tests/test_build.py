@@ -345,7 +345,7 @@ def test_hub_model_is_resolved_to_a_commit_offline(ws: Path, monkeypatch: pytest
     [report] = run(ws, profile)
     assert report.status == "built", report.error
     manifest = read_manifest(Path(report.bundle or ""))
-    assert manifest.hashed_inputs["model.identity"] == {"hub_id": "acme/tiny", "revision": commit}
+    assert manifest.hashed_inputs["weights"] == {"hub_id": "acme/tiny", "revision": commit}
     assert manifest.weights is not None and manifest.weights.revision == commit
     source = {f.path: f.sha256 for f in manifest.weights.files}
     assert source["model.safetensors"] == sha256(ws / "src" / "model.safetensors")

@@ -71,7 +71,7 @@ def test_plan_matrix_only_and_compile_agree_on_a_resolved_revision(
     [built] = json.loads(only.stdout)["builds"]
     assert (built["build_index"], built["status"], built["config_hash"]) == (1, "built", entries[1]["config_hash"])
     manifest = read_manifest(Path(built["bundle"]))
-    assert manifest.hashed_inputs["model.identity"] == {"hub_id": "acme/tiny", "revision": COMMIT}
+    assert manifest.hashed_inputs["weights"] == {"hub_id": "acme/tiny", "revision": COMMIT}
 
     # A plain compile finds that build in the store and builds the other under the planned key.
     both = _invoke(runner, ["compile", str(hub_profile), "--store", store, "--json"])
@@ -151,7 +151,7 @@ def test_compile_only_revision_builds_the_matrix_key_after_main_moved(
     [report] = json.loads(built.stdout)["builds"]
     assert (report["build_index"], report["status"], report["config_hash"]) == (1, "built", entry["config_hash"])
     manifest = read_manifest(Path(report["bundle"]))
-    assert manifest.hashed_inputs["model.identity"] == {"hub_id": "acme/tiny", "revision": COMMIT}
+    assert manifest.hashed_inputs["weights"] == {"hub_id": "acme/tiny", "revision": COMMIT}
     from neuronc.store import LocalStore
 
     assert [e.manifest.config_hash for e in LocalStore(store).list()] == [entry["config_hash"]]
@@ -195,8 +195,8 @@ def test_compile_takes_a_directory_of_profiles(tmp_path: Path, runner: CliRunner
 def test_plan_matrix_and_compile_size_a_build_at_its_resolved_commit(
     hub_profile: Path, tmp_path: Path, runner: CliRunner
 ) -> None:
-    from neuronc.ci import matrix_entries, plan_builds
     from neuronc.pipeline import resolve_build
+    from neuronc.pipeline.plan import matrix_entries, plan_builds
     from neuronc.profile import load_builds
 
     _move_main(tmp_path, layers=3)  # COMMIT's config has 1 layer, MOVED's (main now) 3
@@ -249,4 +249,4 @@ def test_a_build_selected_elsewhere_is_built_at_its_commit_or_fails_with_exit_5(
 
     report = build_one(spec, store=store, identity=identity)  # at the selected commit, not main's
     assert (report.status, report.config_hash) == ("built", identity.config_hash)
-    assert [e.manifest.hashed_inputs["model.identity"]["revision"] for e in LocalStore(store).list()] == [COMMIT]
+    assert [e.manifest.hashed_inputs["weights"]["revision"] for e in LocalStore(store).list()] == [COMMIT]

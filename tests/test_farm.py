@@ -337,7 +337,7 @@ def test_a_moved_main_never_makes_a_node_publish_an_unselected_key(farm: Farm, s
     assert (build["status"], build["config_hash"]) == ("built", entry["config_hash"])
     [published] = bundles_in(store, tmp_path)
     assert published.manifest.config_hash == entry["config_hash"]
-    assert published.manifest.hashed_inputs["model.identity"] == {"hub_id": repo, "revision": first}
+    assert published.manifest.hashed_inputs["weights"] == {"hub_id": repo, "revision": first}
 
     # Now the driver's main moved too: the matrix's key and revision still build exactly that key.
     fake_hub_cache(driver_hf, repo, moved, source)

@@ -15,9 +15,9 @@ from plugins.fake_backend import VERSION_ENV, build_bundle, register
 from neuronc import preflight as pf
 from neuronc._output import out
 from neuronc.backends import get_backend
-from neuronc.ci import hf_cache_status
 from neuronc.cli import app
 from neuronc.errors import PreflightError
+from neuronc.pipeline.plan import hf_cache_status
 from neuronc.preflight import GIB, Estimate, model_dims
 from neuronc.profile import load_profile
 from neuronc.store import LocalStore

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from neuronc.backends.bucket_rules import BucketRules
     from neuronc.backends.serving import ServingCapability
     from neuronc.backends.support import Resolution
+    from neuronc.backends.weights_binding import WeightsBinding
     from neuronc.spec import BuildSpec, ServingStack, WeightsMode
 
 
@@ -186,6 +187,8 @@ class Backend(Protocol):
     # What the pre-boot verdict asks the stack serving its bundles (None: no key neuronc compares);
     # implemented in the backend's own package (neuronc.backends.serving).
     serving: ClassVar[ServingCapability | None]
+    # Whether the compiled artifacts embed the weights, with the upstream source (neuronc.backends.weights_binding).
+    weights_binding: ClassVar[WeightsBinding]
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
 

@@ -241,6 +241,10 @@ def _announce(report: BuildReport) -> None:
         out.success(f"{report.label}: store hit {(report.config_hash or '')[:12]} → {where}")
     elif report.status == BuildStatus.BUILT:
         out.success(f"{report.label}: built {(report.config_hash or '')[:12]} in {report.wall_seconds:.1f}s → {where}")
+    elif report.status == BuildStatus.REBOUND:
+        origin = (report.rebound_from or {}).get("config_hash", "")[:12]
+        key = (report.config_hash or "")[:12]
+        out.success(f"{report.label}: rebound {key} (graphs from {origin}) in {report.wall_seconds:.1f}s → {where}")
     elif report.status == BuildStatus.SKIPPED:
         out.warning(f"{report.label}: skipped")
     else:
@@ -270,7 +274,7 @@ def _render(reports: list[BuildReport]) -> None:
         optional=["config", "graphs", "peak RSS"],
     )
     for r in reports:
-        if r.status == BuildStatus.BUILT and r.stages:
+        if r.status in (BuildStatus.BUILT, BuildStatus.REBOUND) and r.stages:
             out.print(f"{r.label} stages: " + " · ".join(f"{s.name} {s.seconds:.2f}s" for s in r.stages))
     for r in reports:
         if r.out or r.bundle:
@@ -284,6 +288,8 @@ def _graphs_cell(report: BuildReport) -> str:
         return ""
     if report.status == BuildStatus.HIT:
         return str(len(report.graphs))
+    if report.status == BuildStatus.REBOUND:
+        return f"{len(report.graphs)} (rebound)"
     cached = sum(1 for g in report.graphs if g.get("cache_hit"))
     return f"{len(report.graphs)} ({cached} cached)" if cached else str(len(report.graphs))
 

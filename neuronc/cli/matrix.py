@@ -41,7 +41,7 @@ def matrix_command(
     profiles: ProfilesOrDirsArg, output_format: FormatOpt = MatrixFormat.json, json_out: JsonOpt = False
 ) -> None:
     """Print one entry per bundle (profile, build index, key, revision, expected runner) for a CI job matrix."""
-    from neuronc.ci import GITHUB_MATRIX_LIMIT, matrix_entries
+    from neuronc.pipeline.plan import GITHUB_MATRIX_LIMIT, matrix_entries
     from neuronc.profile import expand_profile_paths, load_builds
 
     if json_out and output_format is MatrixFormat.github:

@@ -21,9 +21,9 @@ from neuronc.cli._options import JsonOpt, ProfilesOrDirsArg, StoreOpt, WideOpt
 from neuronc.errors import EXIT_ENVIRONMENT, EXIT_INVALID_INPUT, PreflightError
 
 if TYPE_CHECKING:
-    from neuronc.ci import BuildPlan
     from neuronc.cli._report import JSONObject
     from neuronc.pipeline.farm import Need, Node, RaySettings
+    from neuronc.pipeline.plan import BuildPlan
 
 SnapshotOpt = Annotated[
     Path | None,
@@ -66,7 +66,7 @@ def plan_command(
     ray_connect_timeout: RayConnectTimeoutOpt = None,
 ) -> None:
     """For every build and graph: in the store? in the HF Neuron cache? will it fit (memory pre-flight)?"""
-    from neuronc.ci import plan_builds
+    from neuronc.pipeline.plan import plan_builds
     from neuronc.preflight import host_ram_bytes
     from neuronc.profile import expand_profile_paths, load_builds
 
@@ -162,7 +162,7 @@ def _render(
 ) -> None:
     from rich.markup import escape
 
-    from neuronc.ci import CacheStatus
+    from neuronc.pipeline.plan import CacheStatus
     from neuronc.preflight import gib
 
     rows = []

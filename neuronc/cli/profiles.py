@@ -201,9 +201,9 @@ def hash_command(
     if not diff:
         data = {
             "hashes": [
-                {"path": str(p), "build": i, "matrix": m, "config_hash": h}
+                {"path": str(p), "build": i, "matrix": m, "config_hash": h, "graphs_key": g, "weights_key": w}
                 for p, builds in zip(paths, keyed, strict=True)
-                for i, (h, _inputs, m) in enumerate(builds)
+                for i, (h, _inputs, m, (g, w)) in enumerate(builds)
             ]
         }
         out.result(
@@ -220,7 +220,7 @@ def hash_command(
         list(zip(a_builds, b_builds, strict=False)) if len(a_builds) == len(b_builds) else [(a_builds[0], b_builds[0])]
     )
     comparisons: list[Comparison] = []
-    for index, ((ha, ia, _), (hb, ib, _)) in enumerate(pairs):
+    for index, ((ha, ia, _, _), (hb, ib, _, _)) in enumerate(pairs):
         comparisons.append({"build": index, "a": ha, "b": hb, "same": ha == hb, "differences": diff_inputs(ia, ib)})
 
     def render() -> None:
@@ -247,8 +247,15 @@ class Comparison(TypedDict):
     differences: list[JSONObject]
 
 
-def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, JSONObject, JSONObject]]:
-    """(config hash, hashed inputs, matrix values) per build of a profile or a bundle.
+_NO_KEYS: tuple[str | None, str | None] = (None, None)
+if TYPE_CHECKING:
+    # (config hash, hashed inputs, matrix values, (graphs key, weights key)) of one build.
+    _Hashed = tuple[str, JSONObject, JSONObject, tuple[str | None, str | None]]
+
+
+def _hashed_builds(path: Path, *, resolved: bool) -> list[_Hashed]:
+    """(config hash, hashed inputs, matrix values, (graphs key, weights key)) per build of a profile or
+    a bundle (the two keys None for an unresolved build, or a bundle keyed before they existed).
 
     A Hub model whose revision cannot be resolved here has the hash ``unresolved``; with ``resolved``
     (comparing builds needs their inputs) that is an error naming the build (exit 2).
@@ -258,19 +265,21 @@ def _hashed_builds(path: Path, *, resolved: bool) -> list[tuple[str, JSONObject,
     from neuronc.pipeline.context import resolve_build
     from neuronc.profile import load_profile
 
-    result: list[tuple[str, JSONObject, JSONObject]] = []
+    result: list[_Hashed] = []
     for spec in load_profile(path).builds:
         ctx = resolve_build(spec, strict=False)
         if ctx.config_key is None and not resolved:
-            result.append((ctx.key_text, {}, spec.matrix_values))
+            result.append((ctx.key_text, {}, spec.matrix_values, _NO_KEYS))
             continue
         key = ctx.config
-        result.append((key.hash, key.inputs, spec.matrix_values))
+        result.append((key.hash, key.inputs, spec.matrix_values, (key.graphs_hash, key.weights_hash)))
     return result
 
 
-def _bundle_hash(path: Path) -> tuple[str, JSONObject, JSONObject]:
+def _bundle_hash(path: Path) -> _Hashed:
     from neuronc.bundle import read_manifest
 
     manifest = read_manifest(path)
-    return manifest.config_hash, manifest.hashed_inputs, {}
+    keys = manifest.extra.get("keys")
+    split = (keys.get("graphs"), keys.get("weights")) if isinstance(keys, dict) else _NO_KEYS
+    return manifest.config_hash, manifest.hashed_inputs, {}, split

@@ -7,7 +7,6 @@ describes them for the manifest's weights source.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,30 +165,43 @@ def _download(repo_id: str, revision: str | None, *, hint: str = _HUB_HINT) -> P
     return Path(path)
 
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+def fetch_config(repo_id: str, commit: str) -> dict[str, Any] | None:
+    """config.json of a hub model at ``commit``, downloaded into the Hugging Face cache (that file only);
+    None offline, or when the Hub cannot give it (the caller keys the model by its commit instead)."""
+    if hub_offline():
+        return None
+    from huggingface_hub import hf_hub_download
+
+    from neuronc.model.files import read_model_config
+
+    try:
+        path = hf_hub_download(repo_id, "config.json", revision=commit, cache_dir=str(hub_cache_dir()))
+    except Exception as exc:
+        if foreign_row(exc) is None:
+            raise
+        return None
+    try:
+        return read_model_config(Path(path).parent, required=False)
+    except CheckpointError:
+        return None
 
 
 def source_files(directory: Path) -> list[dict[str, Any]]:
     """Name, size and SHA-256 of each weight and config file of a checkpoint directory.
 
     In the Hugging Face cache a large file is a symlink to a blob named by its SHA-256 (git LFS),
-    so its hash is known without reading it; other files are hashed here.
+    so its hash is known without reading it; other files are hashed once per file version and the
+    digest kept by file identity (``neuronc.model.digests``: the weights key already hashed them).
     """
-    import hashlib
+    from neuronc.model.digests import file_digests
 
-    files = []
-    for path in sorted(directory.iterdir()):
-        if not path.is_file() or path.suffix not in {".safetensors", ".json", ".bin", ".model"}:
-            continue
-        sha256: str | None = None
-        if path.is_symlink():
-            blob = Path(os.readlink(path)).name
-            sha256 = blob if _SHA256_RE.match(blob) else None
-        if sha256 is None:
-            digest = hashlib.sha256()
-            with path.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    digest.update(chunk)
-            sha256 = digest.hexdigest()
-        files.append({"path": path.name, "size": path.stat().st_size, "sha256": sha256})
-    return files
+    paths = [
+        path
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path.suffix in {".safetensors", ".json", ".bin", ".model"}
+    ]
+    digests = file_digests(paths)
+    return [
+        {"path": path.name, "size": path.stat().st_size, "sha256": sha256}
+        for path, sha256 in zip(paths, digests, strict=True)
+    ]

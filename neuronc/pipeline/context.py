@@ -127,6 +127,8 @@ def resolve_build(
                 raise
             unresolved = exc
     if unresolved is None:
+        from neuronc.backends.weights_binding import weights_binding_of
+
         environment = backend.keyed_environment(spec, versions, os.environ if environ is None else environ)
         key = config_key(
             spec,
@@ -135,6 +137,8 @@ def resolve_build(
             revision=revision,
             environ=environ,
             environment=environment,
+            model_config=hub_model_config(spec.model.id, revision) if model_dir is None else None,
+            embeds_weights=weights_binding_of(backend).embeds,
         )
     return BuildContext(
         spec=spec,
@@ -148,3 +152,19 @@ def resolve_build(
         config_key=key,
         unresolved=unresolved,
     )
+
+
+def hub_model_config(model_id: str, commit: str | None) -> dict[str, Any] | None:
+    """A hub model's config.json at ``commit``: from the Hugging Face cache, else fetched (that one
+    small file, never the weights) unless offline; None when neither can give it (the graphs key is
+    then the commit's: correct, shared with no other checkpoint)."""
+    from neuronc.model.files import find_model_config
+
+    if commit is None:
+        return None
+    found = find_model_config(model_id, commit, None)
+    if found is not None:
+        return found
+    from neuronc.model.source import fetch_config
+
+    return fetch_config(model_id, commit)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import BuildContext, hub_model_config
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,8 @@ def moved_refs(contexts: Sequence[BuildContext], keys: Sequence[str]) -> list[Mo
                 model_dir=None,
                 revision=commit,
                 environment=environment,
+                model_config=hub_model_config(spec.model.id, commit),
+                embeds_weights=ctx.config_key.embeds_weights if ctx.config_key is not None else None,
             )
             hits = [k for k in left if key.hash.startswith(k)]
             for k in hits:

@@ -11,14 +11,14 @@ from neuronc.store import BundleStore
 def nearest_bundle(store: BundleStore, ctx: BuildContext) -> NearestBundle | None:
     """The store's bundle of the same model and backend with the fewest differing hashed fields."""
     spec = ctx.spec
-    identity = canonical_json(ctx.config.inputs.get("model.identity"))
+    identity = canonical_json(ctx.config.inputs.get("weights"))
     best: tuple[tuple[int, int, str], NearestBundle] | None = None
     for entry in store.list():
         manifest = entry.manifest
         # The same model: the same id as written, or the same checkpoint named another way (another
         # path to the same directory, a copy of it) — what the config hash itself compares.
         same_model = manifest.model_id == spec.model.id or (
-            canonical_json(manifest.hashed_inputs.get("model.identity")) == identity
+            canonical_json(manifest.hashed_inputs.get("weights")) == identity
         )
         if manifest.backend != spec.backend or not same_model:
             continue

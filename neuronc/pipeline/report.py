@@ -51,6 +51,8 @@ class BuildStatus(StrEnum):
 
     BUILT = "built"
     HIT = "hit"
+    # Compiled graphs taken from a stored bundle with the same graphs key; only the weights staged.
+    REBOUND = "rebound"
     FAILED = "failed"
     SKIPPED = "skipped"
 
@@ -120,6 +122,11 @@ class BuildReport:
     error: NeuroncError | None = None
     nearest: NearestBundle | None = None
     messages: list[str] = field(default_factory=list)
+    # The graphs key and the weights key the bundle key is derived from (neuronc.keys).
+    graphs_key: str | None = None
+    weights_key: str | None = None
+    # A rebound build: the stored bundle its graphs came from ({"config_hash", "toolchain_key", "bundle"}).
+    rebound_from: dict[str, str] | None = None
 
     @classmethod
     def for_spec(cls, spec: BuildSpec, status: BuildStatus, **fields: Any) -> BuildReport:
@@ -147,7 +154,7 @@ class BuildReport:
 
     @property
     def ok(self) -> bool:
-        return self.status in (BuildStatus.BUILT, BuildStatus.HIT)
+        return self.status in (BuildStatus.BUILT, BuildStatus.HIT, BuildStatus.REBOUND)
 
     @property
     def peak_rss_bytes(self) -> int | None:
@@ -176,6 +183,9 @@ class BuildReport:
             "status": str(self.status),
             "exit_code": self.exit_code,
             "config_hash": self.config_hash,
+            "graphs_key": self.graphs_key,
+            "weights_key": self.weights_key,
+            "rebound_from": self.rebound_from,
             "toolchain_key": self.toolchain_key,
             "toolchain_label": self.toolchain_label,
             "bundle": self.bundle,

@@ -53,6 +53,8 @@ class Outcome:
     bundle: Path
     graphs: list[dict[str, object]]
     messages: tuple[str, ...] = ()
+    # A rebind: the stored bundle the graphs came from.
+    rebound_from: dict[str, str] | None = None
 
 
 def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
@@ -164,13 +166,17 @@ def build_one(
             outcome = _build(ctx, resolved_store, options, clock, nearest)
         else:
             outcome = Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)))
-        out = _place_out(spec, ctx, outcome.bundle, options, clock, built=outcome.status == BuildStatus.BUILT)
+        built = outcome.status in (BuildStatus.BUILT, BuildStatus.REBOUND)
+        out = _place_out(spec, ctx, outcome.bundle, options, clock, built=built)
     except NeuroncError as exc:
         error = exc
     return BuildReport.assemble(
         spec,
         status=outcome.status if outcome is not None and error is None else BuildStatus.FAILED,
         config_hash=ctx.config_key.hash if ctx is not None and ctx.config_key is not None else None,
+        graphs_key=ctx.config_key.graphs_hash if ctx is not None and ctx.config_key is not None else None,
+        weights_key=ctx.config_key.weights_hash if ctx is not None and ctx.config_key is not None else None,
+        rebound_from=outcome.rebound_from if outcome is not None and error is None else None,
         toolchain_key=ctx.toolchain_key if ctx is not None else None,
         toolchain_label=ctx.toolchain_label if ctx is not None else None,
         bundle=str(outcome.bundle) if outcome is not None else None,
@@ -201,6 +207,9 @@ def _build(
         raise CacheMissError(msg, details=nearest_lines(nearest), hint="compile without --require-hit")
     for line in nearest_lines(nearest):
         say(f"{ctx.label}: {line}")
+    rebound = _rebind(ctx, store, options, clock)
+    if rebound is not None:
+        return rebound
     with clock.stage("preflight", "memory pre-flight", quiet=True):
         estimate = preflight(ctx, options.jobs)
         # A missing bucket or a read-only store fails now (exit 5), not after an hour of compiling.
@@ -226,6 +235,36 @@ def _build(
         message = built.message or f"another publisher stored {ctx.config.short} first"
         return Outcome(BuildStatus.HIT, built.bundle, hit_graphs(built.bundle), (message,))
     return Outcome(BuildStatus.BUILT, built.bundle, built.graphs)
+
+
+def _rebind(ctx: BuildContext, store: BundleStore, options: BuildOptions, clock: StageClock) -> Outcome | None:
+    """The graphs from a stored bundle with this build's graphs key, and only this build's weights staged;
+    None when the store holds no such bundle, the backend's graphs may hold the weights, or the weights
+    do not fit the stored graphs (then the build compiles)."""
+    from neuronc.pipeline.rebind import graphs_source, rebind_into_store
+
+    with clock.stage("lookup", "graphs lookup", quiet=True):
+        entry = graphs_source(store, ctx)
+    if entry is None:
+        return None
+    source = entry.manifest.config_hash[:12]
+    say(f"{ctx.label}: graphs {ctx.config.graphs_hash[:12]} are in the store (bundle {source}): rebind")
+    store.ensure_writable()
+
+    def waiting(holder: str) -> None:
+        say(f"{ctx.label}: waiting for another build of {ctx.config.short} ({holder})")
+
+    with store.lock(ctx.config.hash, ctx.toolchain_key, on_wait=waiting):
+        found = store.lookup(ctx.config.hash, ctx.toolchain_key)
+        if found is not None:
+            reused = ("built concurrently by another process; reused",)
+            return Outcome(BuildStatus.HIT, Path(found), hit_graphs(Path(found)), reused)
+        rebound = rebind_into_store(ctx, store, options, clock, entry)
+    if rebound is None:
+        say(f"{ctx.label}: the weights do not fit the stored graphs (tensor names, shapes or dtypes): compiling")
+        return None
+    origin = f"graphs from {rebound.source['config_hash'][:12]} ({rebound.source['bundle']}); no graph compiled"
+    return Outcome(BuildStatus.REBOUND, rebound.bundle, rebound.graphs, (origin,), rebound.source)
 
 
 def _place_out(

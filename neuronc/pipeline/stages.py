@@ -80,11 +80,11 @@ def compile_into_store(
                 weights_dir = staging / "weights"
                 split_bytes = estimate.host_split_bytes if estimate is not None else None
                 with options.pool.slot(split_bytes) if options.pool is not None else contextlib.nullcontext():
-                    shards = _split(model_dir, weights_dir, ctx, writer, options)
+                    shards = split_weights(model_dir, weights_dir, ctx, writer, options)
         _stop_if_cancelled(options)
         with clock.stage("model_files", "copy config and tokenizer"):
-            _add_model_files(model_dir, writer)
-            _add_profile(ctx, writer)
+            add_model_files(model_dir, writer)
+            add_profile(ctx, writer)
         _stop_if_cancelled(options)
         job = CompileJob(
             spec=spec,
@@ -118,7 +118,7 @@ def compile_into_store(
                 weights=WeightsSource.model_validate(source, strict=False),
                 # The stages so far (publish is timed by the clock, not recorded in the manifest).
                 stages=[s.to_manifest() for s in clock.stages],
-                extra=dict(result.extra),
+                extra={**result.extra, "keys": ctx.config.keys_record()},
             )
             bundle = writer.finish(record)
     except CompileError as exc:
@@ -166,7 +166,7 @@ def _graph_records(result: CompileResult) -> list[Graph]:
     ]
 
 
-def _split(
+def split_weights(
     model_dir: Path, weights_dir: Path, ctx: BuildContext, writer: BundleWriter, options: BuildOptions
 ) -> list[Shard]:
     from neuronc.checkpoint import split_checkpoint
@@ -191,7 +191,7 @@ def _split(
     return shards
 
 
-def _add_model_files(model_dir: Path, writer: BundleWriter) -> None:
+def add_model_files(model_dir: Path, writer: BundleWriter) -> None:
     from neuronc.model.files import model_files
 
     for path in model_files(model_dir):
@@ -199,7 +199,7 @@ def _add_model_files(model_dir: Path, writer: BundleWriter) -> None:
         writer.add_file(f"model/{path.name}", role="model", source_path=path.resolve())
 
 
-def _add_profile(ctx: BuildContext, writer: BundleWriter) -> None:
+def add_profile(ctx: BuildContext, writer: BundleWriter) -> None:
     profile = ctx.spec.profile_path
     if profile and Path(profile).is_file():
         writer.add_file("profile.yaml", role="profile", source_path=Path(profile))

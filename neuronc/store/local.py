@@ -95,8 +95,9 @@ class LocalStore(BundleStore):
         """
         from neuronc.keys import toolchain_label
 
-        identity = manifest.hashed_inputs.get("model.identity")
-        local = isinstance(identity, dict) and "local_fingerprint" in identity
+        # Scheme 2 keys a local model's weights by their files' digests; scheme 1 by a fingerprint.
+        identity = manifest.hashed_inputs.get("weights") or manifest.hashed_inputs.get("model.identity")
+        local = isinstance(identity, dict) and ("local_files" in identity or "local_fingerprint" in identity)
         slug = model_slug(manifest.model_id, local=local)
         label = manifest.toolchain_label or toolchain_label(manifest.backend, None, manifest.toolchain)
         return self.root / slug / label / check_hex(manifest.config_hash, "config hash")[:HASH_PREFIX]

@@ -51,6 +51,7 @@ from neuronc.backends.inductor.format import (
     weight_files,
     weight_shapes,
 )
+from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.errors import CheckpointError, CompileError, InvalidInputError
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import StrictModel
@@ -76,6 +77,16 @@ class InductorOptions(StrictModel):
 
 class InductorBackend(BackendBase):
     name: ClassVar[str] = "inductor"
+    # AOTInductor packages each graph with package_constants_in_so=False (inductor.graphs): the .pt2 holds
+    # no parameter, and the runtime binds the bundle's weights/ to every graph (torch
+    # torch/_inductor/config.py aot_inductor.package_constants_in_so; torch/_inductor/package/package.py
+    # load_package(..., load_weights_from_disk) and AOTICompiledModel.load_constants). What the graphs own
+    # are non-persistent buffers (rotary tables) computed from config.json, which the graphs key covers.
+    weights_binding: ClassVar[WeightsBinding] = WeightsBinding(
+        False,
+        "torch._inductor.config.aot_inductor.package_constants_in_so=False; "
+        "torch._inductor.package.load_package + AOTICompiledModel.load_constants",
+    )
     # Inductor takes no compiler flags (its knobs are options.inductor_config).
     compiler_flags_mode: ClassVar[CompilerFlagsMode] = CompilerFlagsMode.NONE
     # A 254M-parameter fp32 model (1.0 GB) peaked at 3.5 GB per graph process (measured when this backend

@@ -59,6 +59,7 @@ from neuronc.backends.neuron.files import (
 from neuronc.backends.neuron.nxdi_fields import MOE_NEURON_CONFIG_FIELDS, NEURON_CONFIG_FIELDS
 from neuronc.backends.neuron.nxdi_serving import SERVING_MODES, serving_kwargs, serving_problems
 from neuronc.backends.neuron.serving import NxdiServing
+from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.errors import MISSING_LIBRARY, EnvironmentIncompatibleError, InvalidInputError
 from neuronc.hardware import chip
 from neuronc.hfcompat import legacy_rope_fields
@@ -194,6 +195,15 @@ def neuron_config_kwargs(spec: BuildSpec) -> dict[str, Any]:
 
 class NxdiBackend(NeuronBackend):
     name: ClassVar[str] = "nxdi"
+    # NeuronApplicationBase.compile traces with ModelBuilder.trace(initialize_model_weights=False): model.pt
+    # holds no weights; they are sharded beside it (save_sharded_checkpoint) or at load, and bound with
+    # NxDModel.set_weights (aws-neuron/neuronx-distributed-inference src/neuronx_distributed_inference/
+    # models/application_base.py; aws-neuron/neuronx-distributed src/neuronx_distributed/trace/model_builder.py).
+    weights_binding: ClassVar[WeightsBinding] = WeightsBinding(
+        False,
+        "neuronx-distributed-inference models/application_base.py compile(): "
+        "ModelBuilder.trace(initialize_model_weights=False); weights sharded beside model.pt",
+    )
     # NxD traces the whole model on the host before neuronx-cc runs: Llama-3.1-8B (16 GB bf16) is killed
     # during HLO generation on a 32 GB host, so 2× weights + base.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(

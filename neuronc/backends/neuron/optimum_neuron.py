@@ -48,6 +48,7 @@ from neuronc.backends.neuron.files import (
 )
 from neuronc.backends.neuron.optimum_fields import OptimumNeuronOptions
 from neuronc.backends.neuron.serving import OptimumServing
+from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.compile_cache import complete_modules
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack
@@ -170,6 +171,15 @@ def reproduce_snippet(spec: BuildSpec, output: str) -> str:
 
 class OptimumNeuronBackend(NeuronBackend):
     name: ClassVar[str] = "optimum-neuron"
+    # optimum-neuron 0.4 exports through NxD's ModelBuilder.trace(initialize_model_weights=False) and keeps the
+    # weights in checkpoint/weights/ beside model.pt, or none at all for a Hub model (checkpoint_id: the
+    # weights are downloaded and sharded at load) (huggingface/optimum-neuron optimum/neuron/models/
+    # inference/backend/pretrained_model.py; push_to_hub skips checkpoint/ when checkpoint_id is set).
+    weights_binding: ClassVar[WeightsBinding] = WeightsBinding(
+        False,
+        "optimum-neuron models/inference/backend/pretrained_model.py: NxD trace(initialize_model_weights=False); "
+        "checkpoint/weights beside model.pt, or loaded by checkpoint_id",
+    )
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(4 * GIB, 2.0, 2 * GIB, False, "NxD tracing, as nxdi")
     # optimum-neuron's NxD backend compiles with the model class's own get_compiler_args() and reads no
     # NEURON_CC_FLAGS (huggingface/optimum-neuron v0.4.5

@@ -47,6 +47,7 @@ from neuronc.backends.neuron.env import (
     platform_target,
 )
 from neuronc.backends.neuron.files import bundle_line, bundle_rel
+from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.hfcompat import transformers_major
 from neuronc.keys import CompilerFlagsMode, applied_compiler_flags
 from neuronc.spec import StrictModel
@@ -127,6 +128,13 @@ def trace_calls(
 
 class TorchNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "torch-neuronx"
+    # torch_neuronx.trace(..., inline_weights_to_neff=True) is the default and what this backend calls: the
+    # parameters are compiled into each NEFF (aws-neuron/aws-neuron-sdk frameworks/torch/torch-neuronx/
+    # api-reference-guide/inference/api-torch-neuronx-trace.rst; replace_weights "is only applicable for
+    # models traced with inline_weights_to_neff=False, which is True by default").
+    weights_binding: ClassVar[WeightsBinding] = WeightsBinding(
+        True, "aws-neuron-sdk api-torch-neuronx-trace.rst: inline_weights_to_neff=True (the default)"
+    )
     # torch_neuronx.trace runs the eager model on the host, usually in fp32.
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         2 * GIB, 2.0, 1 * GIB, False, "trace runs the eager model on the host"

@@ -52,6 +52,7 @@ from neuronc.backends.neuron.files import (
     model_type_for_checks,
     model_type_of,
 )
+from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.errors import InvalidInputError
 from neuronc.hardware import max_cores
 from neuronc.keys import CompilerFlagsMode, applied_compiler_flags
@@ -225,6 +226,13 @@ def write_split_checkpoint(checkpoint_dir: Path, out_dir: Path, dtype: str) -> d
 
 class TransformersNeuronxBackend(NeuronBackend):
     name: ClassVar[str] = "transformers-neuronx"
+    # save() writes the compiled kernels' NEFFs only; load() reads them back into a model made with
+    # from_pretrained(checkpoint), and to_neuron() then loads that checkpoint's weights onto the device
+    # (aws-neuron/transformers-neuronx src/transformers_neuronx/base.py save/load/to_neuron).
+    weights_binding: ClassVar[WeightsBinding] = WeightsBinding(
+        False,
+        "transformers-neuronx base.py: save() writes NEFFs only; weights loaded by to_neuron() from the checkpoint",
+    )
     host_ram: ClassVar[HostRamModel | None] = HostRamModel(
         4 * GIB, 2.0, 2 * GIB, False, "from_pretrained loads the model on the host, then to_neuron compiles"
     )

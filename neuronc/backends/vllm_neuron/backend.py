@@ -50,6 +50,7 @@ from neuronc.backends.vllm_neuron.engine import (
 from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, ROUTE_ENV
 from neuronc.backends.vllm_neuron.runner import IMAGE_ENV, requested_runner
 from neuronc.backends.vllm_neuron.serving import VllmNeuronServing
+from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.errors import BackendUnavailableError, EnvironmentIncompatibleError
 from neuronc.keys import CompilerFlagsMode
 from neuronc.spec import ServingStack, WeightsMode
@@ -80,6 +81,14 @@ def compiles_on_host(wanted: str, release: Release, host: Availability) -> bool:
 
 class VllmNeuronBackend(NeuronBackend):
     name: ClassVar[str] = NAME
+    # The plugin's torch.compile cache is keyed by graph, shapes, versions, compiler arguments and target,
+    # never by weight values, and the bundle carries the checkpoint beside the cache tree that the engine
+    # loads at start; but no upstream text says the cached graphs hold no constant folded from a weight
+    # (aws-neuron vllm-neuron docs/design/compilation/, compilation_cache.md): unknown, so the weights key
+    # stays part of its graphs key.
+    weights_binding: ClassVar[WeightsBinding] = WeightsBinding(
+        None, "vllm-neuron docs/design/compilation: cache key without weights, but no statement about constants"
+    )
     description: ClassVar[str] = (
         "vLLM's vllm-neuron plugin, torch.compile path (Trn2/Trn3, SDK 2.31+): its compile cache, built in CPU "
         "compile mode in the release's DLC image or on a host with the SDK"

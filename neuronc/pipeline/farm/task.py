@@ -190,6 +190,9 @@ def report_from_worker(spec: BuildSpec, data: Mapping[str, Any], where: str) -> 
     nearest = raw.get("nearest")
     fields: dict[str, Any] = {
         "config_hash": raw.get("config_hash"),
+        "graphs_key": raw.get("graphs_key"),
+        "weights_key": raw.get("weights_key"),
+        "rebound_from": raw.get("rebound_from"),
         "toolchain_key": raw.get("toolchain_key"),
         "toolchain_label": raw.get("toolchain_label"),
         "bundle": raw.get("bundle"),

@@ -1,5 +1,5 @@
-"""The CI view of a set of builds: `neuronc plan` (store, HF Neuron cache and pre-flight per build and
-graph) and `neuronc matrix` (one CI job per bundle, with the runner it needs)."""
+"""The CI view of a set of builds, beside `compile` in the pipeline: `neuronc plan` (store, HF Neuron
+cache and pre-flight per build and graph) and `neuronc matrix` (one CI job per bundle, with the runner it needs)."""
 
 from __future__ import annotations
 
@@ -133,6 +133,10 @@ def plan_builds(
             store_status: dict[str, Any] = {"status": UNRESOLVED, "store": resolved.location, "note": reason}
         else:
             store_status = resolved.probe(ctx.config_key.hash, ctx.toolchain_key).to_json()
+            if store_status["status"] != "hit":
+                from neuronc.pipeline.rebind import rebind_plan
+
+                store_status |= rebind_plan(resolved, ctx) or {}
         if not availability.available:
             store_status["note"] = (
                 f"the {spec.backend} toolchain is not installed here ({availability.reason}); "
