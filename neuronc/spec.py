@@ -54,6 +54,14 @@ class ModelSection(StrictModel):
     task: Literal[TASKS] = "text-generation"  # type: ignore[valid-type]
 
 
+def served_model_name(model_id: str) -> str:
+    """The name a server answers to for ``model_id``: a Hub id as it is; a local model directory by its own
+    name, never the build host's path (a profile's local ``model.id`` is made absolute when it loads)."""
+    if model_id.startswith(("/", "./", "../")) or model_id in (".", ".."):
+        return model_id.rstrip("/").rsplit("/", 1)[-1].strip(".") or "model"
+    return model_id
+
+
 class ResolvedSequence(StrictModel):
     max_length: int
     max_context_length: int

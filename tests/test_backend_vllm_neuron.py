@@ -80,7 +80,7 @@ def test_a_trn2_profile_maps_to_the_plugins_engine_arguments(tmp_path: Path, tin
     }
     args = engine_cli(kwargs)
     assert "--model" not in args and args[args.index("--additional-config") + 1].startswith('{"neuron_config"')
-    assert args[args.index("--served-model-name") + 1] == spec.model.id
+    assert args[args.index("--served-model-name") + 1] == "model"  # its directory name, not the build host path
     graphs = [g.name for g in plan_graphs(spec)]
     assert graphs[:2] == ["cte-b1-s128", "cte-b1-s256"] and "tkg-b4-s512" in graphs and len(graphs) == 8
 
@@ -449,4 +449,4 @@ def test_the_serve_lines_seed_a_writable_cache_from_a_read_only_bundle(
     lines = done.stdout.splitlines()
     assert lines[:2] == ["writable", "fail-on-miss=1 lnc=2 kv=0.25"], (done.stdout, done.stderr)
     assert int(lines[2]) == 8  # the 8 entries
-    assert lines[3].startswith(f"serve {bundle}/artifacts/checkpoint --served-model-name ./model")
+    assert lines[3].startswith(f"serve {bundle}/artifacts/checkpoint --served-model-name model")

@@ -78,7 +78,7 @@ def _wait_ready(port: int, server: subprocess.Popen[bytes], log: Path) -> None:
 
 def _complete(port: int) -> dict[str, Any]:
     body = {
-        "model": "./model",
+        "model": "model",  # a local model is served under its directory name
         "prompt": PROMPT,
         "max_tokens": NEW_TOKENS,
         "min_tokens": NEW_TOKENS,

@@ -397,3 +397,20 @@ def test_concurrent_builds_of_one_key_compile_once(ws: Path) -> None:
     assert compiles(ws) == 1
     assert verify_bundle(results[0]["bundle"]).ok
     assert staging_leftovers(ws / "store") == []
+
+
+@pytest.mark.parametrize(
+    ("model_id", "served"),
+    [
+        ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
+        ("gpt2", "gpt2"),
+        ("/home/ci/work/models/my-llama", "my-llama"),
+        ("/home/ci/work/models/my-llama/", "my-llama"),
+        ("./model", "model"),
+        ("../ft", "ft"),
+    ],
+)
+def test_a_local_model_is_served_under_its_directory_name_never_the_hosts_path(model_id: str, served: str) -> None:
+    from neuronc.spec import served_model_name
+
+    assert served_model_name(model_id) == served

@@ -209,7 +209,7 @@ def endpoint_files(
 
     endpoint = Endpoint(
         target=f"http://localhost:{options.port}",
-        model=model or v.model_id,  # the name the server answers to
+        model=model or v.served_name,  # the name the server answers to
         concurrency=v.batch_size * replicas,
         max_prompt=max_prompt,
         max_total=max_total,

@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 from neuronc.bundle import MANIFEST_NAME, Manifest
 from neuronc.errors import BundleFormatError, safe_text
 from neuronc.hardware import LNC_OPTION, chip, lnc
-from neuronc.spec import TARGETS, WEIGHT_MODES
+from neuronc.spec import TARGETS, WEIGHT_MODES, served_model_name
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -110,6 +110,11 @@ class ServingValues:
     @property
     def key(self) -> str:
         return self.config_hash[:12]
+
+    @property
+    def served_name(self) -> str:
+        """The name the server answers to (a local model by its directory's name, not the build host's path)."""
+        return served_model_name(self.model_id)
 
     @property
     def name(self) -> str:

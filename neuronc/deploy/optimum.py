@@ -50,7 +50,7 @@ def has_served_name(v: ServingValues) -> bool:
 
 def served_name(v: ServingValues, model_dir: str) -> str:
     """The model name vLLM answers to: the model id, or before 0.4.1 the ``--model`` path."""
-    return v.model_id if has_served_name(v) else model_dir
+    return v.served_name if has_served_name(v) else model_dir
 
 
 def check_optimum_can_serve(v: ServingValues) -> None:
@@ -71,7 +71,7 @@ def sm_on_env(v: ServingValues, model_dir: str) -> dict[str, str]:
     check_optimum_can_serve(v)
     env = {"SM_ON_MODEL": model_dir}
     if has_served_name(v):
-        env["SM_ON_SERVED_MODEL_NAME"] = v.model_id
+        env["SM_ON_SERVED_MODEL_NAME"] = v.served_name
     env |= {
         "SM_ON_TENSOR_PARALLEL_SIZE": str(v.tp_degree),
         "SM_ON_BATCH_SIZE": str(v.batch_size),
@@ -97,7 +97,7 @@ def serve_argv(v: ServingValues, port: int) -> list[str]:
     check_optimum_can_serve(v)
     argv = ["optimum-cli", "neuron", "serve", "--model", f"{v.bundle}/artifacts"]
     if has_served_name(v):
-        argv += ["--served_model_name", v.model_id]
+        argv += ["--served_model_name", v.served_name]
     argv += [
         "--tensor_parallel_size",
         str(v.tp_degree),

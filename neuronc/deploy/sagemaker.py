@@ -221,7 +221,7 @@ def render_sagemaker(v: ServingValues, options: DeployOptions) -> Rendered:
     # /invocations route answers like /v1/completions: benchmark through a signing proxy on localhost.
     endpoint_bench = Endpoint(
         target="http://localhost:8080",
-        model=v.model_id,
+        model=v.served_name,
         concurrency=v.batch_size,
         max_prompt=v.max_model_len,
         max_total=v.max_model_len,

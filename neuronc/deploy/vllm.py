@@ -80,7 +80,7 @@ def vllm_args(v: ServingValues, bundle: str, port: int) -> list[str]:
     return [
         f"{bundle}/model",
         "--served-model-name",
-        v.model_id,
+        v.served_name,
         "--tensor-parallel-size",
         str(v.tp_degree),
         "--max-num-seqs",

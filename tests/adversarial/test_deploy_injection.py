@@ -232,14 +232,16 @@ def test_awkward_values_stay_one_value_in_every_generated_file(tmp_path: Path, s
     assert not (out_dir / "PWNED").exists()
     recorded = [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
     served = [argv for argv in recorded if Path(argv[0]).name in ("vllm", "optimum-cli")]
-    for argv in served:  # the served model name is the manifest's model id, one argument
+    # The served model name is the local model directory's own name (quotes, `;` and `#` included), one argument.
+    awkward_name = AWKWARD_MODEL.rsplit("/", 1)[-1]
+    for argv in served:
         name_flag = "--served-model-name" if "--served-model-name" in argv else "--served_model_name"
-        assert argv[argv.index(name_flag) + 1] == AWKWARD_MODEL, argv
+        assert argv[argv.index(name_flag) + 1] == awkward_name, argv
         assert any(a.startswith(AWKWARD_BUNDLE + "/") for a in argv), argv
     if stack == "vllm":
         compose = yaml.safe_load((out_dir / "docker-compose.yml").read_text())
         command = compose["services"]["vllm-0"]["command"]
-        assert command[command.index("--served-model-name") + 1] == AWKWARD_MODEL
+        assert command[command.index("--served-model-name") + 1] == awkward_name
     if stack == "sagemaker":
         uploads = [argv for argv in recorded if Path(argv[0]).name == "aws" and argv[1:3] == ["s3", "sync"]]
         assert uploads and uploads[0][3] == AWKWARD_BUNDLE, recorded

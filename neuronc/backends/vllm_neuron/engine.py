@@ -48,7 +48,7 @@ from neuronc.backends.vllm_neuron.facts import (
     shapes_graphs,
 )
 from neuronc.hardware import lnc
-from neuronc.spec import PositiveInt, StrictModel
+from neuronc.spec import PositiveInt, StrictModel, served_model_name
 
 if TYPE_CHECKING:
     from neuronc.spec import BuildSpec
@@ -130,7 +130,7 @@ def engine_kwargs(spec: BuildSpec, checkpoint: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": checkpoint,
         "tokenizer": checkpoint,
-        "served_model_name": [spec.model.id],
+        "served_model_name": [served_model_name(spec.model.id)],
         "tensor_parallel_size": spec.tp_degree,
         "max_num_seqs": spec.batch_size,
         "max_model_len": spec.sequence.max_length,

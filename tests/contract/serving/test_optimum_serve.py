@@ -72,7 +72,7 @@ def test_sm_on_variables_parse_with_optimum_cli_serve(shipped: dict[str, Path]) 
         config.sequence_length,
         config.tp_degree,
     )
-    assert args.port == 8080 and args.served_model_name == values.model_id
+    assert args.port == 8080 and args.served_model_name == values.served_name
     assert unknown in (None, [], ["--max_model_len", str(values.longest_prompt)])
 
 
