@@ -107,7 +107,8 @@ def check_compatible(stack: Stack, manifest: Manifest) -> None:
             "is not served by a Neuron serving stack"
         )
         hint = (
-            "run it with `neuronc run BUNDLE --prompt ...`; to serve on Inferentia/Trainium, compile a Neuron "
+            "serve it with `--for neuronc` (`neuronc serve`), or run it with `neuronc run BUNDLE --prompt ...`; "
+            "to serve on Inferentia/Trainium, compile a Neuron "
             "profile (backend nxdi for vLLM, optimum-neuron, or transformers-neuronx for TorchServe)"
         )
         raise InvalidInputError(msg, hint=hint)
