@@ -22,6 +22,7 @@ EXIT_COMPILE_FAILED = 3
 EXIT_VERIFICATION_FAILED = 4
 EXIT_ENVIRONMENT = 5
 EXIT_MISS = 6
+EXIT_SLO_NOT_MET = 7
 EXIT_INTERRUPTED = 130
 
 
@@ -178,6 +179,13 @@ class CacheMissError(NeuroncError):
 
     exit_code = EXIT_MISS
     kind = "cache_miss"
+
+
+class SloNotMetError(NeuroncError):
+    """``neuronc bench``: no bundle met the SLO (the message names the one that came closest and by how much)."""
+
+    exit_code = EXIT_SLO_NOT_MET
+    kind = "slo_not_met"
 
 
 # ------------------------------------------------------------------------------------------------
