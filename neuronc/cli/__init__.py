@@ -32,6 +32,7 @@ _COMMAND_MODULES = (
     "buckets",
     "matrix",
     "deploy",
+    "bench",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"neuronc.cli.{_name}")
