@@ -79,3 +79,45 @@ def test_no_guidellm_is_exit_5_with_how_to_install_it(tmp_path: Path) -> None:
     fake.chmod(0o755)
     with pytest.raises(EnvironmentIncompatibleError, match=r"is GuideLLM 0\.9\.0"):
         find_guidellm(str(fake), {"PATH": str(tmp_path)})
+
+
+def test_a_port_in_use_is_the_row_error_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    from neuronc.benchmark.stack import StackFailed, start_compose, start_cpu
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(StackFailed, match=f"port {port} is in use"):
+            start_cpu(tmp_path, port, tmp_path / "log")
+        with pytest.raises(StackFailed, match=f"port {port} is in use"):
+            start_compose(tmp_path / "docker-compose.yml", "p", port, tmp_path / "log", "docker")
+
+
+def test_a_server_that_exits_or_never_answers_is_stopped_with_its_children(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from neuronc.benchmark.stack import Stack, StackFailed, free_port
+
+    log = tmp_path / "server.log"
+    log.write_text("Address already in use\n")
+    exits = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True)
+    stack = Stack(f"http://127.0.0.1:{free_port()}", log, "neuronc serve", exits)
+    with pytest.raises(StackFailed, match="neuronc serve exited 3 before it was healthy: Address already in use"):
+        stack.wait_healthy(30)
+    # A server (and the child it started) that never answers: the bound, then nothing left running.
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    hangs = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    stack = Stack(f"http://127.0.0.1:{free_port()}", log, "neuronc serve", hangs)
+    started = time.monotonic()
+    with pytest.raises(StackFailed, match="not healthy within 2 s"):
+        stack.wait_healthy(2)
+    stack.stop()
+    assert time.monotonic() - started < 60
+    assert hangs.poll() is not None
+    ps = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True, check=False).stdout
+    assert [line for line in ps.splitlines() if line.split()[0] == str(hangs.pid) and "Z" not in line.split()[1]] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -202,7 +203,9 @@ def _write(
     from neuronc.fsutil import write_output
 
     page = None
-    if html:
+    if html and importlib.util.find_spec("plotly") is None:
+        out.warning("bench.html not written: the HTML report needs plotly (pip install 'neuronc[bench]')")
+    elif html:
         from neuronc.benchmark.page import render_page
 
         page = out_dir / "bench.html"
