@@ -75,7 +75,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo", "buckets"}),
-    frozenset({"ci", "verdict", "benchmark"}),  # verdict: the pre-boot verdict, over deploy's serving values; benchmark: `bench`
+    # verdict: the pre-boot verdict, over deploy's serving values; benchmark: `neuronc bench`, over both
+    frozenset({"ci", "verdict", "benchmark"}),
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
