@@ -225,15 +225,19 @@ def test_a_bundle_that_never_becomes_healthy_or_whose_guidellm_fails_is_its_row(
 ) -> None:
     env, state = runtime
     data = json.loads(state.read_text())
-    data["servers"].pop(read_manifest(matrix[8]).config_hash[:12])  # compose up fails for batch 8
+    data["servers"].pop(read_manifest(matrix[4]).config_hash[:12])  # compose up fails for batch 4
+    data["servers"][read_manifest(matrix[8]).config_hash[:12]] = {"never_healthy": True}
     state.write_text(json.dumps(data))
-    args = [str(matrix[1]), str(matrix[8]), "--store", str(tmp_path / "s"), "--out", str(tmp_path / "o"), *QUICK]
-    done = bench(env, [*args, "--slo", "ttft_p99<=1s", "--health-timeout", "5"])
+    bundles = [str(matrix[b]) for b in (1, 4, 8)]
+    args = [*bundles, "--store", str(tmp_path / "s"), "--out", str(tmp_path / "o"), *QUICK, "--health-timeout", "60"]
+    done = bench(env, [*args, "--slo", "ttft_p99<=1s"])
     document = json.loads(done.stdout)
     rows = {b["name"]: b for b in document["bundles"]}
     assert done.returncode == 0, done.stderr[-3000:]
-    assert rows["batch 8"]["error"] and "compose up exited 1" in rows["batch 8"]["error"]
+    assert "compose up exited 1: no mock server configured" in rows["batch 4"]["error"]
+    assert rows["batch 8"]["error"].startswith("docker compose not healthy within 60 s")
     assert rows["batch 1"]["error"] is None and document["decision"]["pick"]["name"] == "batch 1"
+    assert json.loads(state.read_text()).get("running") == {}  # the stack that never answered is down too
     broken = tmp_path / "guidellm"
     broken.write_text(f'#!/bin/sh\n[ "$1" = --version ] && exec "{GUIDELLM}" --version\necho "boom" >&2\nexit 3\n')
     broken.chmod(0o755)

@@ -9,7 +9,7 @@ Any other command goes to the docker stand-in (``container_runtime.py``).
 
 State is the JSON file ``NEURONC_FAKE_COMPOSE_STATE``: ``guidellm`` (the GuideLLM program),
 ``servers`` (a bundle's key, the 12 hex digits its compose project name ends with -> ``ttft_ms``,
-``itl_ms``, ``output_tokens``, ``slots``), and ``running`` (project -> pid), ``started`` (every pid) and ``calls`` (every
+``itl_ms``, ``output_tokens``, ``slots``; or ``never_healthy``: a process that never answers), and ``running`` (project -> pid), ``started`` (every pid) and ``calls`` (every
 compose command), which this script writes.
 """
 
@@ -58,11 +58,14 @@ def up(state: dict[str, Any], compose_file: Path, project: str) -> int:
     if server is None:
         print(f"no mock server configured for project {project}", file=sys.stderr)
         return 1
-    argv = [
+    if server.get("never_healthy"):  # a container that starts and never answers
+        argv = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    else:
+        argv = [
         state["guidellm"], "mock-server", "--host", "127.0.0.1", "--port", str(_published_port(compose)),
         "--model", project, "--ttft-ms", str(server["ttft_ms"]), "--itl-ms", str(server["itl_ms"]),
         "--output-tokens", str(server["output_tokens"]), "--max-concurrent-requests", str(server["slots"]),
-    ]  # fmt: skip
+        ]  # fmt: skip
     log = compose_file.parent / f"mock-{project}.log"
     with log.open("ab") as sink:
         process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
