@@ -23,6 +23,7 @@ EXIT_VERIFICATION_FAILED = 4
 EXIT_ENVIRONMENT = 5
 EXIT_MISS = 6
 EXIT_CANNOT_TELL = 7  # the pre-boot verdict: nothing checked differs, but parts are unchecked
+EXIT_SLO_NOT_MET = 8  # neuronc bench: no bundle meets the SLO
 EXIT_INTERRUPTED = 130
 
 
@@ -187,6 +188,13 @@ class CacheMissError(NeuroncError):
 
     exit_code = EXIT_MISS
     kind = "cache_miss"
+
+
+class SloNotMetError(NeuroncError):
+    """``neuronc bench``: no bundle met the SLO (the message names the one that came closest and by how much)."""
+
+    exit_code = EXIT_SLO_NOT_MET
+    kind = "slo_not_met"
 
 
 # ------------------------------------------------------------------------------------------------

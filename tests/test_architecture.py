@@ -74,7 +74,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo", "buckets", "serve"}),  # serve: `neuronc serve` over runtime
-    frozenset({"verdict"}),  # the pre-boot verdict, over deploy's serving values
+    # verdict: the pre-boot verdict, over deploy's serving values; benchmark: `neuronc bench`, over both
+    frozenset({"verdict", "benchmark"}),
     frozenset({"_output", "_progress_view"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),

@@ -33,6 +33,7 @@ _COMMAND_MODULES = (
     "buckets",
     "matrix",
     "deploy",
+    "bench",
 )
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"neuronc.cli.{_name}")
@@ -57,7 +58,8 @@ def _root(
     """Compile LLMs ahead of time for AWS Neuron into versioned, verifiable bundles.
 
     Exit codes: 0 ok, 1 unexpected error, 2 invalid input, 3 compile failed, 4 verification failed,
-    5 environment incompatible, 6 required cache/store hit missing, 7 pre-boot verdict cannot tell, 130 interrupted.
+    5 environment incompatible, 6 required cache/store hit missing, 7 pre-boot verdict cannot tell,
+    8 no bundle meets the SLO (bench), 130 interrupted.
     Set NEURONC_DEBUG=1 for tracebacks.
     """
     if wide:

@@ -24,7 +24,7 @@ app = cli.Group(
     epilog=(
         "Exit codes: 0 ok, 1 unexpected error, 2 invalid input, 3 compile failed, 4 verification failed, "
         "5 environment incompatible, 6 required cache/store hit missing, 7 pre-boot verdict cannot tell, "
-        "130 interrupted. "
+        "8 no bundle meets the SLO (bench), 130 interrupted. "
         "NEURONC_DEBUG=1 shows tracebacks."
     ),
     no_args_is_help=True,

@@ -120,6 +120,8 @@ CASES = [
     Case("deploy", "deploy", ("deploy", "{neuron_bundle}", "--for", "vllm", "--out", "deploy-vllm")),
     Case("deploy-cpu-bundle", "deploy", ("deploy", "bundle", "--for", "vllm"), 2, "invalid_input"),
     Case("deploy-unknown-stack", "deploy", ("deploy", "bundle", "--for", "k8s"), 2),
+    # bench: a run needs GuideLLM (tests/test_bench_neuron.py validates its documents against the schema too)
+    Case("bench-bad-slo", "bench", ("bench", "tiny-llama-cpu.yaml", "--slo", "ttfb_p99<=2s"), 2, "invalid_input"),
     Case("profiles-list", "profiles-list", ("profiles", "list")),
     Case("profiles-copy", "profiles-copy", ("profiles", "copy", "tiny-llama-cpu", "copied")),
     Case("profiles-new", "profiles-new", ("profiles", "new", "new.yaml", *FLAGS)),

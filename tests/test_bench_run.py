@@ -1,0 +1,123 @@
+"""The bench's parts that need no server: stored results, traffic sizing, GuideLLM's scenarios, finding GuideLLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from neuronc.benchmark import results
+from neuronc.benchmark.guidellm import Target, Traffic, find_guidellm, goodput_scenario, sweep_scenario, traffic_from
+from neuronc.benchmark.report import GoodputSearch, Point
+from neuronc.benchmark.slo import parse_slo
+from neuronc.errors import EnvironmentIncompatibleError
+from neuronc.store import open_store
+
+TARGET = Target("http://127.0.0.1:9", "demo", "tok", 4, 64, 128)
+POINT = Point("constant", 2.0, 1.9, 30.0, 20, 0, 1, {"time_to_first_token_ms": {"p99": 80.0}})
+
+
+def test_results_are_stored_by_bundle_host_scenario_and_guidellm_version(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "store")
+    key = results.bundle_key("a" * 64, "b" * 64)
+    scenario = {"traffic": {"prompt": [24, 2, 1, 30]}, "seconds": 3}
+    search = GoodputSearch(2, 4, "converged", 1.5)
+    measured = results.Measured("goodput", "inf2.xlarge", scenario, "0.8.1", (POINT,), search, 12.5, results.now())
+    results.save(store, key, measured)
+    found = results.find(store, key, results.entry_key("goodput", "inf2.xlarge", scenario, "0.8.1"))
+    assert found == measured
+    for other in (
+        results.entry_key("goodput", "inf2.8xlarge", scenario, "0.8.1"),  # another instance
+        results.entry_key("goodput", "inf2.xlarge", {**scenario, "seconds": 4}, "0.8.1"),  # another scenario
+        results.entry_key("goodput", "inf2.xlarge", scenario, "0.8.2"),  # another GuideLLM
+        results.entry_key("sweep", "inf2.xlarge", scenario, "0.8.1"),
+    ):
+        assert results.find(store, key, other) is None
+    rows = results.summary(store, "a" * 64, "b" * 64)
+    assert [(r["kind"], r["host"], r["benchmarks"], r["max_requests_per_second"]) for r in rows] == [
+        ("goodput", "inf2.xlarge", 1, 1.9)
+    ]
+    assert results.summary(store, "c" * 64, "b" * 64) == []
+
+
+def test_traffic_is_sized_to_what_the_bundle_accepts() -> None:
+    wide = Traffic((300, 40, 10, 900), (200, 10, 100, 400), "file")
+    sized = wide.sized_for(TARGET)
+    assert sized.prompt == (62, 40, 10, 62)  # at most the largest context bucket, less 2 for special tokens
+    assert sized.output == (64, 10, 64, 64)  # prompt + output within the sequence length
+    spec = sized.data_spec()
+    assert spec["prompt_tokens_max"] + spec["output_tokens_max"] <= TARGET.max_total
+
+
+def test_a_guidellm_data_spec_becomes_the_traffic() -> None:
+    traffic = traffic_from("prompt_tokens=24,output_tokens=16")
+    assert traffic.prompt[0] == pytest.approx(24, abs=1) and traffic.output[0] == pytest.approx(16, abs=1)
+
+
+def test_the_scenarios_are_guidellm_shaped() -> None:
+    traffic = Traffic((24, 2, 1, 30), (16, 0, 16, 16), "t")
+    out = Path("/tmp/r.json")
+    sweep = sweep_scenario(TARGET, traffic, sweep_size=4, seconds=5, out=out)["spec"]
+    assert sweep["profile"] == {"kind": "sweep", "sweep_size": 4, "max_concurrency": 4}
+    assert sweep["backend"]["target"] == TARGET.url and sweep["outputs"] == [{"kind": "json", "path": str(out)}]
+    goodput = goodput_scenario(
+        TARGET, traffic, parse_slo("ttft_p95<=1s,itl_p99<=40ms"), seconds=5, max_probes=3, out=out
+    )
+    assert goodput is not None
+    spec = goodput["spec"]
+    assert spec["profile"]["kind"] == "goodput" and spec["profile"]["target_attainment"] == 0.99
+    assert spec["metrics"]["slo"] == {"ttft_ms": 1000.0, "tpot_ms": 40.0}
+    assert goodput_scenario(TARGET, traffic, parse_slo("ttft_mean<=1s"), seconds=5, max_probes=3, out=out) is None
+
+
+def test_no_guidellm_is_exit_5_with_how_to_install_it(tmp_path: Path) -> None:
+    with pytest.raises(EnvironmentIncompatibleError, match="GuideLLM not found") as info:
+        find_guidellm(None, {"PATH": str(tmp_path)})
+    assert info.value.exit_code == 5 and info.value.hint and "guidellm==0.8.1" in info.value.hint
+    fake = tmp_path / "guidellm"
+    fake.write_text("#!/bin/sh\necho 'guidellm version: 0.9.0'\n")
+    fake.chmod(0o755)
+    with pytest.raises(EnvironmentIncompatibleError, match=r"is GuideLLM 0\.9\.0"):
+        find_guidellm(str(fake), {"PATH": str(tmp_path)})
+
+
+def test_a_port_in_use_is_the_row_error_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    from neuronc.benchmark.stack import StackFailed, start_compose, start_cpu
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(StackFailed, match=f"port {port} is in use"):
+            start_cpu(tmp_path, port, tmp_path / "log")
+        with pytest.raises(StackFailed, match=f"port {port} is in use"):
+            start_compose(tmp_path / "docker-compose.yml", "p", port, tmp_path / "log", "docker")
+
+
+def test_a_server_that_exits_or_never_answers_is_stopped_with_its_children(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from neuronc.benchmark.stack import Stack, StackFailed, free_port
+
+    log = tmp_path / "server.log"
+    log.write_text("Address already in use\n")
+    exits = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], start_new_session=True)
+    stack = Stack(f"http://127.0.0.1:{free_port()}", log, "neuronc serve", exits)
+    with pytest.raises(StackFailed, match="neuronc serve exited 3 before it was healthy: Address already in use"):
+        stack.wait_healthy(30)
+    # A server (and the child it started) that never answers: the bound, then nothing left running.
+    script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+    hangs = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    stack = Stack(f"http://127.0.0.1:{free_port()}", log, "neuronc serve", hangs)
+    started = time.monotonic()
+    with pytest.raises(StackFailed, match="not healthy within 2 s"):
+        stack.wait_healthy(2)
+    stack.stop()
+    assert time.monotonic() - started < 60
+    assert hangs.poll() is not None
+    ps = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True, check=False).stdout
+    assert [line for line in ps.splitlines() if line.split()[0] == str(hangs.pid) and "Z" not in line.split()[1]] == []
