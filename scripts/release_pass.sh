@@ -17,7 +17,7 @@ shift
 case "$mode" in newest | oldest) ;; *) echo "release_pass.sh: newest or oldest, not $mode" >&2; exit 2 ;; esac
 PYTHON=${PYTHON:-python3}
 venv=$repo/.venv-$mode
-extras=cpu,remote,sign,serve
+extras=cpu,remote,sign,serve,bench
 work=$(mktemp -d "${TMPDIR:-/tmp}/neuronc-$mode-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 t0=$SECONDS

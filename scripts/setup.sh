@@ -17,5 +17,5 @@ pip install "torch==2.13.0"
 # transformers 4.57.x (the series the Neuron SDK pins) unless TRANSFORMERS_SPEC picks another release
 # (e.g. "transformers>=5,<6"; the cpu extra allows both). One resolve, so that huggingface_hub and
 # tokenizers fit the transformers chosen.
-pip install -e ".[cpu,test,dev,remote,sign,ray,serve]" "${TRANSFORMERS_SPEC:-transformers>=4.57,<4.58}"
+pip install -e ".[cpu,test,dev,remote,sign,ray,serve,bench]" "${TRANSFORMERS_SPEC:-transformers>=4.57,<4.58}"
 echo "neuronc is installed in $VENV: $("$VENV/bin/neuronc" --version)"

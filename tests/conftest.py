@@ -32,6 +32,8 @@ COMPAT_MODULES = {
     "test_split_hub.py", "test_hubcache_online.py",
     # pydantic, PyYAML
     "test_profile.py",
+    # plotly: the bench report's figures, plotly.js inlined
+    "test_bench_html.py",
     # click, rich: every command's options, help, tables and --json documents
     "test_cli_foundation.py", "test_cli_layer.py", "test_tables.py", "test_cli_reference.py", "test_json_contract.py",
     # fsspec, s3fs, botocore (against SeaweedFS); filelock
