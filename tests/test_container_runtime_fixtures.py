@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sdk_doubles.fixtures import FakeRuntime
 
-from neuronc.backends.vllm_neuron.runner import find_runtime
+from neuronc.backends.containers import find_runtime
 
 
 @pytest.fixture
