@@ -180,6 +180,10 @@ class Backend(Protocol):
     options_model: ClassVar[type[BaseModel] | None]
     # Whether bundles of this backend can be loaded and run on this kind of machine (``neuronc run``).
     can_run: ClassVar[bool]
+    # Variables a process that only loads and runs this backend's bundles sets before its runtime is
+    # imported (``neuronc run``; a value the user set wins). Never set by ``load``, which runs inside
+    # other people's processes.
+    process_env: ClassVar[Mapping[str, str]]
     # Whether the Hugging Face Neuron cache (optimum-neuron's registry) describes this backend's builds.
     uses_hf_neuron_cache: ClassVar[bool]
     # The serving stacks (`neuronc deploy --for`) that load this backend's bundles, the usual one first.
@@ -280,6 +284,7 @@ class BackendBase:
     toolchain_package: ClassVar[str | None] = None
     options_model: ClassVar[type[BaseModel] | None] = None
     can_run: ClassVar[bool] = False
+    process_env: ClassVar[Mapping[str, str]] = {}
     uses_hf_neuron_cache: ClassVar[bool] = False
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = ()
     serving: ClassVar[ServingCapability | None] = None
