@@ -54,12 +54,12 @@ def run_command(
         loading = sink.task(f"load {bundle}")
         backend = runnable_backend(bundle)
         # This process only loads and runs graphs: what the backend's runtime asks of such a process
-        # before it is imported (Backend.process_env: inductor's torch need not probe the CPU's ISA by
+        # before it is imported (Backend.runtime.process_env: inductor's torch need not probe the CPU's ISA by
         # compiling test programs), and OpenMP waits passively (_OPENMP_ENV). Not done by
         # neuronc.runtime.load, which runs inside other people's processes.
-        for name, value in {**backend.process_env, **_OPENMP_ENV}.items():
+        for name, value in {**backend.runtime.process_env, **_OPENMP_ENV}.items():
             os.environ.setdefault(name, value)
-        runner = backend.load(bundle)
+        runner = backend.runtime.load(bundle)
         loading.done()
     stream = None if json_out else _write_stdout
     result = runner.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stream=stream)
