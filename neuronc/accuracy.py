@@ -232,13 +232,13 @@ def verify_accuracy(
     started = time.perf_counter()
     root = Path(bundle_dir)
     backend = runnable_backend(root)
-    runner = runner if runner is not None else backend.load(root)
+    runner = runner if runner is not None else backend.runtime.load(root)
     dtype_name = str(runner.index["dtype"])
     tolerance = DEFAULT_TOL.get(dtype_name, 1e-3) if tol is None else float(tol)
     if tolerance < 0:
         raise InvalidInputError(f"tol must be >= 0, got {tol}")
     # The backend builds what its bundles are compared with (the HF eager model for inductor).
-    reference = backend.reference_model(root, dtype_name)
+    reference = backend.runtime.reference_model(root, dtype_name)
     eos = sorted(runner.eos_token_ids)
     report = AccuracyReport(str(root), dtype_name, tolerance, max_new_tokens)
     for prompt in list(prompts) if prompts is not None else list(DEFAULT_PROMPTS):

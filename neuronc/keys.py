@@ -4,7 +4,7 @@ the toolchain key.
 The *graphs key* covers everything that shapes the compiled graphs (the architecture part of
 config.json, task, backend, target, tp, batch, dtype, buckets, backend options, effective compiler
 flags including ``NEURON_CC_FLAGS``, the environment variables the backend's compile reads,
-``Backend.keyed_environment``). The *weights key* covers the weights mode and the weights' content
+``Backend.toolchain.keyed_environment``). The *weights key* covers the weights mode and the weights' content
 (SHA-256 of every weight file, or a hub model's commit). The *bundle key* (the config hash a store
 is looked up by) is derived from both. Where a backend's compiled artifacts embed the weights, or no
 source says they do not, the weights fields are part of its graphs key too. Names, descriptions,
@@ -242,7 +242,7 @@ def config_key(
     the commit its revision resolved to, and ``model_config``, its config.json at that commit when
     this machine has it); ``flags_mode`` is how the build's backend applies compiler flags;
     ``environment`` the variables the backend's compile reads that shape its output
-    (``Backend.keyed_environment``); ``embeds_weights`` the backend's ``weights_binding.embeds``.
+    (``Backend.toolchain.keyed_environment``); ``embeds_weights`` the backend's ``weights_binding.embeds``.
     ``neuronc.pipeline.resolve_build`` works them out, once per build.
     """
     if model_dir is not None:

@@ -1,6 +1,6 @@
 """Load a bundle to run it, whatever backend built it: ``load(bundle_dir).generate(...)``.
 
-Only backends with a runtime on this machine can load (``Backend.can_run``; today ``inductor``, on
+Only backends with a runtime on this machine can load (``Backend.runtime.can_run``; today ``inductor``, on
 CPU). Importing this module is cheap; torch is imported by the backend's loader.
 """
 
@@ -39,7 +39,7 @@ def bundle_backend(bundle_dir: str | os.PathLike[str]) -> str:
 
 def load(bundle_dir: str | os.PathLike[str]) -> Any:
     """Load a bundle for generation; an object with ``generate(prompt, max_new_tokens, ...)``."""
-    return runnable_backend(bundle_dir).load(bundle_dir)
+    return runnable_backend(bundle_dir).runtime.load(bundle_dir)
 
 
 def runnable_backend(bundle_dir: str | os.PathLike[str]) -> Backend:
@@ -49,12 +49,12 @@ def runnable_backend(bundle_dir: str | os.PathLike[str]) -> Backend:
     # A bundle read from disk names its backend: resolved here, once, for `run`, `serve` and `verify`.
     name = bundle_backend(bundle_dir)
     backend = resolve_backend(name)
-    if not backend.can_run:
+    if not backend.runtime.can_run:
         msg = f"bundles of backend '{name}' cannot run here: neuronc has no runtime for them"
         raise BackendUnavailableError(
             msg, hint="run it on its target with the backend's own runtime (see `neuronc inspect`)"
         )
-    availability = backend.availability()
+    availability = backend.toolchain.availability()
     if not availability.available:
         raise BackendUnavailableError(
             f"backend '{name}' is not available: {availability.reason}", hint=availability.install_hint

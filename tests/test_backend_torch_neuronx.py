@@ -168,5 +168,5 @@ def test_custom_model_factory(sdk_doubles: Path, tmp_path: Path) -> None:
 
 def test_tp_is_one_core_and_weights_are_inlined() -> None:
     backend = get_backend("torch-neuronx")
-    assert backend.supported_tp_degrees("inf2", {}) == frozenset({1})
-    assert backend.weights_modes == frozenset({"presharded"})
+    assert backend.rules.supported_tp_degrees("inf2", {}) == frozenset({1})
+    assert backend.rules.weights_modes == frozenset({"presharded"})

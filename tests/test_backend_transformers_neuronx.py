@@ -180,8 +180,8 @@ def test_profile_fields_cannot_be_overridden_through_options(tiny_llama: Path, t
 
 def test_any_tp_up_to_the_core_count_and_no_trn2() -> None:
     backend = get_backend("transformers-neuronx")
-    assert 12 in (backend.supported_tp_degrees("inf2", {}) or ())
-    assert 25 not in (backend.supported_tp_degrees("inf2", {}) or ())
+    assert 12 in (backend.rules.supported_tp_degrees("inf2", {}) or ())
+    assert 25 not in (backend.rules.supported_tp_degrees("inf2", {}) or ())
     assert "trn2" not in backend.targets
 
 

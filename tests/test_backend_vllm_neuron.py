@@ -122,7 +122,7 @@ def test_the_default_release_is_the_newest_with_a_documented_compile_route_and_a
 ) -> None:
     # 2.33's native route has no documented CPU compile (issue 28): used only when sdk: names it.
     spec = spec_for(tmp_path, tiny_llama, target="trn3")
-    resolution = get_backend("vllm-neuron").release_for(spec)
+    resolution = get_backend("vllm-neuron").rules.release_for(spec)
     assert resolution.release is not None and resolution.release.version == "2.32.0"
     assert resolution.how == "newest" and "SDK 2.33.0–2.33.1 only when sdk: names it" in resolution.notes[0]
 
@@ -304,7 +304,7 @@ def test_on_a_host_with_the_plugin_the_installed_release_compiles_here(
 ) -> None:
     vllm_neuron_host("2.32.0")
     backend = get_backend("vllm-neuron")
-    assert backend.availability().available
+    assert backend.toolchain.availability().available
     profile = write_profile(tmp_path, tiny_llama, target="trn3")
     code, report, err = invoke("compile", str(profile), "--json", "--store", str(tmp_path / "store"))
     assert code == 0, (report, err)
@@ -331,7 +331,7 @@ def test_a_host_of_another_release_is_refused_when_the_profile_names_one(
 
 
 def test_without_the_plugin_or_a_runtime_the_backend_says_what_to_install(vllm_neuron_host: Any) -> None:
-    availability = get_backend("vllm-neuron").availability()
+    availability = get_backend("vllm-neuron").toolchain.availability()
     assert not availability.available
     assert "no container runtime (docker or podman) on PATH" in (availability.reason or "")
     assert "docker or podman" in (availability.install_hint or "")

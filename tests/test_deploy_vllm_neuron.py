@@ -526,3 +526,27 @@ def test_a_vllm_neuron_bundle_without_its_record_is_refused(tmp_path: Path) -> N
     with pytest.raises(InvalidInputError, match=r"no extra\.vllm_neuron record") as caught:
         render(bundle, "vllm")
     assert "recompile" in str(caught.value.hint)
+
+
+def test_deploy_reaches_the_vllm_neuron_engine_record_only_through_the_backends_serving_capability() -> None:
+    """The record's checks and the serve environment are the vllm-neuron backend's (issue 40 item 4):
+    deploy asks ``recorded_engine`` for a bundle's backend; other backends, known or not, have none."""
+    from neuronc.backends import get_backend
+    from neuronc.backends.serving import RecordedEngine, recorded_engine
+    from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV, RECORDED_ENV_PREFIXES
+
+    engine = recorded_engine("vllm-neuron")
+    assert isinstance(engine, RecordedEngine)
+    assert engine is get_backend("vllm-neuron").serving
+    assert (engine.cache_root_env, engine.fail_on_miss_env) == (CACHE_ROOT_ENV, FAIL_ON_MISS_ENV)
+    assert engine.kv_sizing_env == KV_SIZING_ENV
+    assert engine.recorded_env_prefixes == RECORDED_ENV_PREFIXES
+    assert engine.engine_args_problem(["--host", "0.0.0.0"]) is not None
+    assert engine.env_value_problem("NEURON_CC_FLAGS", "--target trn2") is None
+    assert engine.env_value_problem("NEURON_CC_FLAGS", "$(id)") is not None
+    assert {name: recorded_engine(name) for name in ("nxdi", "optimum-neuron", "inductor", "no-such-backend")} == {
+        "nxdi": None,
+        "optimum-neuron": None,
+        "inductor": None,
+        "no-such-backend": None,
+    }

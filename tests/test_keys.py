@@ -49,7 +49,7 @@ def _key(spec: BuildSpec, environ: dict[str, str] | None = None) -> ConfigKey:
     backend = get_backend(spec.backend)
     return config_key(
         spec,
-        flags_mode=backend.compiler_flags_mode,
+        flags_mode=backend.toolchain.compiler_flags_mode,
         model_dir=spec_model_dir(spec),
         revision=spec.model.revision,
         environ=environ or {},
@@ -114,7 +114,7 @@ def test_neuron_cc_flags_are_folded_in_but_cache_flags_are_not() -> None:
     assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--enable-saturate-infinity"}) != plain
     assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--cache_dir=/tmp/x --retry_failed_compilation"}) == plain
     spec = parse_profile(BASE, "a.yaml").builds[0]
-    mode = get_backend(spec.backend).compiler_flags_mode
+    mode = get_backend(spec.backend).toolchain.compiler_flags_mode
     assert effective_compiler_flags(spec, mode, {"NEURON_CC_FLAGS": "-O2 --cache_dir=/x"}) == ["-O1", "-O2"]
 
 

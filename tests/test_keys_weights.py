@@ -36,7 +36,7 @@ def _key(profile: Path, *, embeds: bool | None = False) -> ConfigKey:
     spec = load_profile(profile).builds[0]
     return config_key(
         spec,
-        flags_mode=get_backend(spec.backend).compiler_flags_mode,
+        flags_mode=get_backend(spec.backend).toolchain.compiler_flags_mode,
         model_dir=spec_model_dir(spec),
         revision=None,
         embeds_weights=embeds,

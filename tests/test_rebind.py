@@ -113,7 +113,7 @@ def test_no_rebind_from_a_bundle_whose_graphs_may_hold_weights(demo: Demo, tmp_p
     spec = ctx.spec
     embedded = config_key(
         spec,
-        flags_mode=ctx.backend.compiler_flags_mode,
+        flags_mode=ctx.backend.toolchain.compiler_flags_mode,
         model_dir=spec_model_dir(spec),
         revision=None,
         embeds_weights=True,

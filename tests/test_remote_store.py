@@ -296,7 +296,7 @@ def test_store_writer_publishes_and_resumes_an_interrupted_upload(s3_env: str, t
     config = spec_key(spec).hash
     from neuronc.backends import get_backend
 
-    tool = toolchain_key(get_backend(spec.backend).toolchain_versions())
+    tool = toolchain_key(get_backend(spec.backend).toolchain.toolchain_versions())
     assert store.cache.lookup(config, tool) is not None  # built here, not yet published
 
     _raw_fs().mkdir(f"{s3_env}-missing")

@@ -119,7 +119,7 @@ def backend_recognizing(root: Path) -> str | None:
     without a manifest); None if none does."""
     for name in backend_names():
         backend = get_backend(name)
-        if backend.can_run and backend.recognizes(root):
+        if backend.runtime.can_run and backend.runtime.recognizes(root):
             return name
     return None
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from neuronc.backends.bucket_rules import BucketRules
+    from neuronc.backends.capabilities import BackendRules, BackendRuntime, BackendToolchain
     from neuronc.backends.serving import ServingCapability
     from neuronc.backends.support import Resolution
     from neuronc.backends.weights_binding import WeightsBinding
@@ -153,35 +154,18 @@ class CompileResult:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What every backend provides, and every capability the pipeline asks of it.
+    """What every backend provides: its identity, its capabilities (one per concern, each implemented
+    in the backend's own package: neuronc.backends.capabilities, neuronc.backends.serving) and its
+    compile.
 
     See BackendBase for the shared defaults. Nothing outside ``neuronc.backends`` names a backend:
-    profile checks, keys, the memory pre-flight, the pipeline, ``run`` and deploy ask these.
+    profile checks ask ``rules``; keys and the memory pre-flight ``toolchain``; the pipeline ``plan``
+    and ``compile``; ``run``, accuracy and ``inspect`` ``runtime``; deploy and the verdict ``serving``.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     targets: ClassVar[frozenset[str]]
-    amp: ClassVar[frozenset[str]]
-    tasks: ClassVar[frozenset[str]]
-    weights_modes: ClassVar[frozenset[str]]
-    # The weights mode of a profile that does not say (one of weights_modes).
-    default_weights: ClassVar[WeightsMode]
-    requires_tp_divides_heads: ClassVar[bool]
-    # Whether compile reads neuronc's rank shards (weights/); when not, the pipeline does not write them.
-    consumes_rank_shards: ClassVar[bool]
-    # How profile compiler flags and NEURON_CC_FLAGS reach the compiler (and so enter the config hash).
-    compiler_flags_mode: ClassVar[CompilerFlagsMode]
-    # The memory model for compiling on the host (None: unknown, no host-RAM estimate).
-    host_ram: ClassVar[HostRamModel | None]
-    # The distribution whose version names the toolchain in store paths ("torch", "optimum-neuron").
-    toolchain_package: ClassVar[str | None]
-    # The pydantic model of this backend's ``options:`` (unknown keys are profile errors with positions).
-    options_model: ClassVar[type[BaseModel] | None]
-    # Whether bundles of this backend can be loaded and run on this kind of machine (``neuronc run``).
-    can_run: ClassVar[bool]
-    # Whether the Hugging Face Neuron cache (optimum-neuron's registry) describes this backend's builds.
-    uses_hf_neuron_cache: ClassVar[bool]
     # The serving stacks (`neuronc deploy --for`) that load this backend's bundles, the usual one first.
     serving_stacks: ClassVar[tuple[ServingStack, ...]]
     # What the pre-boot verdict asks the stack serving its bundles (None: no key neuronc compares);
@@ -190,41 +174,18 @@ class Backend(Protocol):
     # Whether the compiled artifacts embed the weights, with the upstream source (neuronc.backends.weights_binding).
     weights_binding: ClassVar[WeightsBinding]
 
-    def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None: ...
+    @property
+    def rules(self) -> BackendRules: ...
 
-    def tp_degree_problem(self, tp: int, target: str, degrees: Collection[int]) -> str: ...
+    @property
+    def toolchain(self) -> BackendToolchain: ...
 
-    def compiler_flags_problem(self) -> str: ...
-
-    def check_spec(self, spec: BuildSpec) -> Sequence[SpecProblem]: ...
-
-    def bucket_rules(self, spec: BuildSpec) -> BucketRules: ...
-
-    def support_problems(self, target: str, sdk: str | None) -> Sequence[SpecProblem]: ...
-
-    def release_for(self, spec: BuildSpec) -> Resolution | None: ...
-
-    def availability(self) -> Availability: ...
-
-    def toolchain_versions(self) -> dict[str, str | None]: ...
-
-    def build_versions(self, spec: BuildSpec, availability: Availability) -> dict[str, str | None]: ...
-
-    def keyed_environment(
-        self, spec: BuildSpec, versions: Mapping[str, str | None], environ: Mapping[str, str]
-    ) -> dict[str, str]: ...
+    @property
+    def runtime(self) -> BackendRuntime: ...
 
     def plan(self, spec: BuildSpec) -> CompilePlan: ...
 
     def compile(self, job: CompileJob) -> CompileResult: ...
-
-    def load(self, bundle_dir: str | os.PathLike[str]) -> Any: ...
-
-    def recognizes(self, directory: str | os.PathLike[str]) -> bool: ...
-
-    def reference_model(self, bundle_dir: str | os.PathLike[str], dtype: str) -> Any: ...
-
-    def load_snippet(self, bundle_dir: str) -> str | None: ...
 
 
 def distribution_version(name: str) -> str | None:
@@ -280,6 +241,7 @@ class BackendBase:
     toolchain_package: ClassVar[str | None] = None
     options_model: ClassVar[type[BaseModel] | None] = None
     can_run: ClassVar[bool] = False
+    process_env: ClassVar[Mapping[str, str]] = {}
     uses_hf_neuron_cache: ClassVar[bool] = False
     serving_stacks: ClassVar[tuple[ServingStack, ...]] = ()
     serving: ClassVar[ServingCapability | None] = None
@@ -288,6 +250,20 @@ class BackendBase:
     # Distributions that must be present for the backend to run.
     required: ClassVar[tuple[str, ...]] = ()
     install_hint: ClassVar[str | None] = None
+
+    # The capabilities are the backend itself: a backend overrides the members it changes, here and in
+    # its own package, and callers reach each member through its capability.
+    @property
+    def rules(self) -> BackendRules:
+        return self
+
+    @property
+    def toolchain(self) -> BackendToolchain:
+        return self
+
+    @property
+    def runtime(self) -> BackendRuntime:
+        return self
 
     def supported_tp_degrees(self, target: str, options: Mapping[str, Any]) -> Collection[int] | None:
         """None: any tp degree (a backend without a device); NeuronBackend reads neuronc.hardware."""

@@ -1,6 +1,6 @@
 """Which sequence buckets a backend can compile: the rules ``neuronc buckets`` chooses within.
 
-Each backend says, through ``Backend.bucket_rules(spec)``, what a context-encoding bucket and a
+Each backend says, through ``Backend.rules.bucket_rules(spec)``, what a context-encoding bucket and a
 token-generation bucket may be: at most a limit (``max_context_length`` / ``max_length``), a
 multiple of some number, a largest bucket the backend always adds, or a fixed set (nothing to
 choose). The default is the profile loader's own rule: any length up to the limit.

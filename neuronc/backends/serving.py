@@ -11,10 +11,10 @@ command). Nothing here imports a backend family, torch or a serving stack.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from packaging.version import InvalidVersion, Version
 
@@ -133,6 +133,50 @@ class ServingCapability(Protocol):
     def key_parts(self, values: Any, extra: Mapping[str, Any], side: ServingSide) -> tuple[list[Part], list[str]]: ...
 
 
+@runtime_checkable
+class RecordedEngine(Protocol):
+    """A serving capability whose serve lines ``deploy`` writes from the engine record the compile left in
+    the manifest (vllm-neuron's ``extra.vllm_neuron``): the checks of that record and the served engine's
+    variables. Implemented in the family's package; deploy reaches it through ``recorded_engine``."""
+
+    # The served engine's cache root variable (a writable copy of the bundle's cache tree, made at start)
+    # and the variable that turns a cache miss into an error at start-up.
+    cache_root_env: str
+    fail_on_miss_env: str
+    # The KV sizing variables the record may hold, and the prefixes of the compile's recorded variables.
+    kv_sizing_env: tuple[str, ...]
+    recorded_env_prefixes: tuple[str, ...]
+
+    def engine_args_problem(self, args: Sequence[str]) -> tuple[str, str] | None:
+        """The first recorded serve argument the compile would not have written, and why; or None."""
+        ...
+
+    def env_value_problem(self, name: str, value: str) -> str | None:
+        """Why a recorded variable cannot be replayed in the serve files; or None."""
+        ...
+
+    def serve_env(
+        self,
+        *,
+        logical_nc_config: int,
+        plugin: str,
+        route: str | None,
+        recorded_env: Mapping[str, str],
+        target: str | None = None,
+    ) -> dict[str, str]:
+        """The served engine's variables (but the cache root)."""
+        ...
+
+
+def recorded_engine(backend: str) -> RecordedEngine | None:
+    """The serving capability of a bundle's backend (its manifest's name, read from disk) when deploy
+    writes its serve lines from a recorded engine; None for any other backend (an unregistered one too)."""
+    from neuronc.backends import is_registered, resolve_backend
+
+    serving = resolve_backend(backend).serving if is_registered(backend) else None
+    return serving if isinstance(serving, RecordedEngine) else None
+
+
 RECOMPILE = "recompile the bundle with this neuronc (it records what the compile read)"
 
 
@@ -234,6 +278,7 @@ __all__ = [
     "UNKNOWN",
     "Part",
     "PartJSON",
+    "RecordedEngine",
     "ServingCapability",
     "ServingSide",
     "Status",
@@ -242,6 +287,7 @@ __all__ = [
     "how_to_check",
     "pinned",
     "python_warning",
+    "recorded_engine",
     "recorded_python",
     "recorded_versions",
     "refuse_record",

@@ -2,7 +2,7 @@
 
 ``analyse_profile(profile, traffic)`` loads a profile build and a traffic file and returns an
 ``Analysis``: the current buckets' padding, refusals and compile cost, the optimal buckets with at
-most K graphs of each kind within the backend's rules (``Backend.bucket_rules``), and the curve for
+most K graphs of each kind within the backend's rules (``Backend.rules.bucket_rules``), and the curve for
 K = 1..8. ``plan_traffic`` adds each build's coverage and padding share to `neuronc plan`.
 
 Importing this package imports neither torch nor transformers; prompts given as text are counted
@@ -97,7 +97,7 @@ def plan_traffic(specs: Sequence[BuildSpec], rows: list[dict[str, Any]], traffic
             loaded[key] = load_traffic(traffic_path, tokenizer_for(spec))
         traffic = loaded[key]
         backend = backend_of(spec)
-        rules = backend.bucket_rules(spec)
+        rules = backend.rules.bucket_rules(spec)
         seq = spec.sequence
         context = effective(seq.context_buckets, rules.context)
         token = effective(seq.token_buckets, rules.token)

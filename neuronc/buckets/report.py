@@ -159,7 +159,7 @@ def analyse(
     records: CompileRecords | None = None,
 ) -> Analysis:
     """The current buckets, the optimal ones with at most ``max_graphs`` of each kind, and the curve."""
-    rules = backend.bucket_rules(spec)
+    rules = backend.rules.bucket_rules(spec)
     seq = spec.sequence
     requests = traffic.requests
     ctx_hist = context_histogram(requests)

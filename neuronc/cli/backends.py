@@ -19,7 +19,7 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
     texts: list[dict[str, str]] = []  # per row: the named-only note of each target, for people only
     for name in backend_names():
         backend = get_backend(name)
-        availability = backend.availability()
+        availability = backend.toolchain.availability()
         releases = {t: span(name, t) for t in sorted(backend.targets) if supporting(name, t)}
         installed = detect_release(availability.versions) if releases else None
         # Releases used for a target only when a profile's sdk: names them (NxDI on inf2/trn1 from 2.29).
@@ -31,7 +31,7 @@ def backends_command(json_out: JsonOpt = False, wide: WideOpt = False) -> None:
                 "description": backend.description,
                 "available": availability.available,
                 "targets": sorted(backend.targets),
-                "amp": sorted(backend.amp),
+                "amp": sorted(backend.rules.amp),
                 "versions": availability.versions,
                 "reason": availability.reason,
                 "install_hint": availability.install_hint,

@@ -94,7 +94,7 @@ def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
 
     if not is_registered(manifest.backend):
         return None
-    return resolve_backend(manifest).load_snippet(str(bundle.absolute()))
+    return resolve_backend(manifest).runtime.load_snippet(str(bundle.absolute()))
 
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
@@ -318,7 +318,7 @@ def environment_comparison(manifest: Manifest) -> EnvironmentJSON:
     from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
 
     try:
-        installed = resolve_backend(manifest).toolchain_versions()
+        installed = resolve_backend(manifest).toolchain.toolchain_versions()
     except (NeuroncError, ImportError) as exc:
         reason = exc.message if isinstance(exc, NeuroncError) else str(exc)
         return {

@@ -70,7 +70,7 @@ def _described(path: Path) -> tuple[ProfileDescription, list[_Build]]:
     shown: list[_Build] = []
     for spec in loaded.builds:
         ctx = resolve_build(spec, strict=False)
-        sdk = release_json(ctx.backend.release_for(spec), spec.backend)
+        sdk = release_json(ctx.backend.rules.release_for(spec), spec.backend)
         builds.append(
             {
                 "index": spec.build_index,

@@ -46,20 +46,20 @@ def run_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Generate text with a bundle: smallest context bucket that fits, then one token per step."""
-    from neuronc.backends.inductor.format import TRUST_CPU_FLAGS_ENV
-    from neuronc.runtime import load
+    from neuronc.runtime import runnable_backend
 
-    # This process only loads graphs (the one backend that runs here is inductor): torch need not
-    # probe the CPU's ISA by compiling test programs (see TRUST_CPU_FLAGS_ENV; only its public
-    # loader, the fallback of inductor.aoti, would), and OpenMP waits passively (_OPENMP_ENV).
-    # Not done by neuronc.runtime.load, which runs inside other people's processes.
-    for name, value in {**TRUST_CPU_FLAGS_ENV, **_OPENMP_ENV}.items():
-        os.environ.setdefault(name, value)
     out.configure(json_mode=json_out)
     # Loading binds the weights and warms every graph up: seconds, so it says so while it works.
     with out.progress() as sink:
         loading = sink.task(f"load {bundle}")
-        runner = load(bundle)
+        backend = runnable_backend(bundle)
+        # This process only loads and runs graphs: what the backend's runtime asks of such a process
+        # before it is imported (Backend.runtime.process_env: inductor's torch need not probe the CPU's ISA by
+        # compiling test programs), and OpenMP waits passively (_OPENMP_ENV). Not done by
+        # neuronc.runtime.load, which runs inside other people's processes.
+        for name, value in {**backend.runtime.process_env, **_OPENMP_ENV}.items():
+            os.environ.setdefault(name, value)
+        runner = backend.runtime.load(bundle)
         loading.done()
     stream = None if json_out else _write_stdout
     result = runner.generate(prompt, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, stream=stream)

@@ -7,7 +7,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import InvalidVersion, Version
 
@@ -15,6 +15,9 @@ from neuronc.bundle import MANIFEST_NAME, Manifest
 from neuronc.errors import BundleFormatError, safe_text
 from neuronc.hardware import LNC_OPTION, chip, lnc
 from neuronc.spec import TARGETS, WEIGHT_MODES, served_model_name
+
+if TYPE_CHECKING:
+    from neuronc.backends.serving import RecordedEngine
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
@@ -323,12 +326,14 @@ MAX_ENGINE_ARGS = 256
 
 
 def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
-    """``extra.vllm_neuron``, each field checked: every one of them reaches serve.sh or the compose file."""
-    from neuronc.backends.vllm_neuron.engine import engine_args_problem
-    from neuronc.backends.vllm_neuron.facts import KV_SIZING_ENV
+    """``extra.vllm_neuron``, each field checked: every one of them reaches serve.sh or the compose file.
+    The checks are the backend's (its serving capability, ``RecordedEngine``); a backend without one
+    has no record deploy reads."""
+    from neuronc.backends.serving import recorded_engine
 
-    info = reader.manifest.extra.get("vllm_neuron")
-    if not isinstance(info, Mapping):
+    info, backend = reader.manifest.extra.get("vllm_neuron"), reader.manifest.backend
+    engine = recorded_engine(backend) if isinstance(info, Mapping) and isinstance(backend, str) else None
+    if not isinstance(info, Mapping) or engine is None:
         return None
     where = "extra.vllm_neuron."
     text: dict[str, str] = {}
@@ -352,18 +357,19 @@ def _vllm_neuron(reader: _Reader) -> VllmNeuronRecord | None:
     if not args or len(args) != len(given or ()):
         reader.refuse(where + "engine_args", given, f"is not a list of at most {MAX_ENGINE_ARGS} plain arguments")
         args = []
-    elif (problem := engine_args_problem(args)) is not None:
+    elif (problem := engine.engine_args_problem(args)) is not None:
         # Only what the compile writes (engine.ENGINE_FIELDS), exactly: deploy places the checkpoint and
         # --port itself, and anything else (--trust-remote-code, --host, an abbreviation) is refused.
         reader.refuse(where + "engine_args", *problem)
         args = []
     kv = info.get("kv_sizing_env") or {}
+    sizing = engine.kv_sizing_env
     if not isinstance(kv, Mapping) or not all(
-        k in KV_SIZING_ENV and isinstance(v, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)?", v) for k, v in kv.items()
+        k in sizing and isinstance(v, str) and re.fullmatch(r"[0-9]+(\.[0-9]+)?", v) for k, v in kv.items()
     ):
-        reader.refuse(where + "kv_sizing_env", kv, f"is not numbers for {', '.join(KV_SIZING_ENV)}")
+        reader.refuse(where + "kv_sizing_env", kv, f"is not numbers for {', '.join(sizing)}")
         kv = {}
-    route, blocks, env, target = _vllm_neuron_key(reader, info)
+    route, blocks, env, target = _vllm_neuron_key(reader, info, engine)
     runner = info.get("runner")
     pinned = runner.get("pinned") if isinstance(runner, Mapping) else None
     if pinned is not None and (not isinstance(pinned, str) or not _PINNED.fullmatch(pinned)):
@@ -390,10 +396,9 @@ _ROUTE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 def _vllm_neuron_key(
-    reader: _Reader, info: Mapping[str, Any]
+    reader: _Reader, info: Mapping[str, Any], engine: RecordedEngine
 ) -> tuple[str | None, int | None, dict[str, str], str | None]:
     """The route, KV block count, recorded environment and platform target (each None/empty when absent)."""
-    from neuronc.backends.vllm_neuron.facts import RECORDED_ENV_PREFIXES, env_value_problem
 
     where = "extra.vllm_neuron."
     route = info.get("route")
@@ -408,8 +413,8 @@ def _vllm_neuron_key(
     good = isinstance(env, Mapping) and all(
         isinstance(k, str)
         and isinstance(v, str)
-        and k.startswith(RECORDED_ENV_PREFIXES)
-        and env_value_problem(k, v) is None
+        and k.startswith(engine.recorded_env_prefixes)
+        and engine.env_value_problem(k, v) is None
         for k, v in env.items()
     )
     if not good:

@@ -2,8 +2,8 @@
 from the compile cache the build filled, with a cache miss made fatal.
 
 What the served engine needs, and where each value comes from (the manifest's ``extra.vllm_neuron``,
-written by ``neuronc.backends.vllm_neuron.build.run_compile``; the plugin facts are
-``neuronc.backends.vllm_neuron.facts``, each recorded with its source):
+written by the vllm-neuron backend's compile; the plugin facts are the backend's, each recorded with
+its source, and reached through its serving capability, ``neuronc.backends.serving.RecordedEngine``):
 
 - ``VLLM_CACHE_ROOT``: the plugin reads its compiled graphs from
   ``$VLLM_CACHE_ROOT/neuron/compile_cache/<key>/`` and writes a lock file (and its holder's metadata)
@@ -35,9 +35,8 @@ written by ``neuronc.backends.vllm_neuron.build.run_compile``; the plugin facts 
 
 from __future__ import annotations
 
+from neuronc.backends.serving import RecordedEngine, recorded_engine
 from neuronc.backends.support import Serves
-from neuronc.backends.vllm_neuron.engine import serve_env as engine_serve_env
-from neuronc.backends.vllm_neuron.facts import CACHE_ROOT_ENV, FAIL_ON_MISS_ENV
 from neuronc.deploy._compose import CONTAINER_BUNDLE, endpoint_files, placement, replica_files
 from neuronc.deploy._quote import comment_text, sh_command, sh_env_file, sh_word
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
@@ -58,9 +57,18 @@ def record_of(v: ServingValues) -> VllmNeuronRecord:
     return v.vllm_neuron
 
 
-def serve_env(record: VllmNeuronRecord) -> dict[str, str]:
+def engine_of(v: ServingValues) -> RecordedEngine:
+    """The bundle's backend's serving capability (the record was read through it: ``_values``)."""
+    engine = recorded_engine(v.backend)
+    if engine is None:
+        msg = f"the {v.backend} backend records no engine deploy writes vllm-neuron serve lines from"
+        raise InvalidInputError(msg, hint="deploy a vllm-neuron bundle")
+    return engine
+
+
+def serve_env(record: VllmNeuronRecord, engine: RecordedEngine) -> dict[str, str]:
     """The variables of the served engine, but ``VLLM_CACHE_ROOT`` (a writable copy, made at start)."""
-    return engine_serve_env(
+    return engine.serve_env(
         logical_nc_config=record.logical_nc_config,
         plugin=record.plugin,
         route=record.route,
@@ -111,10 +119,11 @@ def choose_image(v: ServingValues, record: VllmNeuronRecord, options: DeployOpti
 
 
 def render_vllm_neuron(v: ServingValues, options: DeployOptions) -> Rendered:
-    record = record_of(v)
+    record, engine = record_of(v), engine_of(v)
+    cache_env = engine.cache_root_env
     image, image_source = choose_image(v, record, options)
     cache = f"{v.bundle}/{record.cache_root}"
-    env = serve_env(record)
+    env = serve_env(record, engine)
     head = (
         f"# vLLM (vllm-neuron {comment_text(record.plugin)}, torch.compile) for bundle {v.config_hash}\n"
         f"# ({v.target}, tp {v.tp_degree}, batch {v.batch_size}, LNC {record.logical_nc_config}, "
@@ -126,17 +135,17 @@ def render_vllm_neuron(v: ServingValues, options: DeployOptions) -> Rendered:
         f"# For a Trn host with the bundle's SDK installed ({comment_text(versions_text(v.toolchain, VERSIONS))}).\n"
         "# The plugin writes lock files into its cache: the bundle's cache tree is copied into a writable\n"
         "# VLLM_CACHE_ROOT first (a new temporary directory unless VLLM_CACHE_ROOT is set), and a graph\n"
-        f"# missing from it stops the server ({FAIL_ON_MISS_ENV}=1) instead of compiling.\n"
+        f"# missing from it stops the server ({engine.fail_on_miss_env}=1) instead of compiling.\n"
         "set -eu\n"
         'cd "$(dirname "$0")"\n'
         "set -a\n. ./vllm.env\nset +a\n"
-        f'if [ -z "${{{CACHE_ROOT_ENV}:-}}" ]; then\n'
-        f'    {CACHE_ROOT_ENV}="$(mktemp -d "${{TMPDIR:-/tmp}}/neuronc-vllm-cache.XXXXXX")"\n'
+        f'if [ -z "${{{cache_env}:-}}" ]; then\n'
+        f'    {cache_env}="$(mktemp -d "${{TMPDIR:-/tmp}}/neuronc-vllm-cache.XXXXXX")"\n'
         "fi\n"
-        f"export {CACHE_ROOT_ENV}\n"
-        f'mkdir -p "${CACHE_ROOT_ENV}"\n'
-        f'cp -R {sh_word(cache)}/. "${CACHE_ROOT_ENV}/"\n'
-        f'chmod -R u+w "${CACHE_ROOT_ENV}"\n'
+        f"export {cache_env}\n"
+        f'mkdir -p "${cache_env}"\n'
+        f'cp -R {sh_word(cache)}/. "${cache_env}/"\n'
+        f'chmod -R u+w "${cache_env}"\n'
         f"exec vllm serve {sh_command(serve_args(record, v.bundle, options.port))}\n"
     )
     files = [
@@ -149,7 +158,7 @@ def render_vllm_neuron(v: ServingValues, options: DeployOptions) -> Rendered:
     command += ["vllm", "serve", *serve_args(record, CONTAINER_BUNDLE, SERVER_PORT)]
     volume = f"{v.bundle}/artifacts:{CONTAINER_BUNDLE}/artifacts:ro"
     service = {"image": image, "command": command, "volumes": [volume], "shm_size": "1gb"}
-    container_env = {CACHE_ROOT_ENV: CONTAINER_CACHE, **env}
+    container_env = {cache_env: CONTAINER_CACHE, **env}
     files += replica_files(
         v,
         options,

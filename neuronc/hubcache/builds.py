@@ -204,7 +204,7 @@ def _lookup_one(
             seen.add(key)
             nearest.append(near)
     notes = list(context.notes)
-    if not backend_of(spec).uses_hf_neuron_cache:
+    if not backend_of(spec).toolchain.uses_hf_neuron_cache:
         notes.append(
             f"backend {spec.backend}: the Hugging Face Neuron cache is filled by optimum-neuron exports; "
             "a hit means optimum-neuron has compiled these shapes"

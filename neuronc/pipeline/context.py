@@ -97,7 +97,7 @@ def resolve_build(
     resolve (exit 2). Not strict (plan, matrix, validate): an unavailable backend's toolchain is the
     versions installed here, and a revision that cannot be resolved leaves the key ``unresolved``
     rather than guessing one. ``environ`` stands for ``os.environ`` where compiler flags
-    (``NEURON_CC_FLAGS``) and the backend's keyed variables (``Backend.keyed_environment``) are
+    (``NEURON_CC_FLAGS``) and the backend's keyed variables (``Backend.toolchain.keyed_environment``) are
     read. Imports neither torch nor transformers: a store hit is decided from this.
     """
     from neuronc.keys import config_key, spec_model_dir, toolchain_key, toolchain_label
@@ -108,11 +108,11 @@ def resolve_build(
 
         backend = backend_of(spec)
     if availability is None:
-        availability = backend.availability()
+        availability = backend.toolchain.availability()
     if strict and not availability.available:
         msg = f"backend '{spec.backend}' cannot compile on this machine: {availability.reason}"
         raise BackendUnavailableError(msg, hint=availability.install_hint)
-    versions = backend.build_versions(spec, availability)
+    versions = backend.toolchain.build_versions(spec, availability)
     model_dir = spec_model_dir(spec)
     revision: str | None = None
     unresolved: CheckpointError | None = None
@@ -129,10 +129,10 @@ def resolve_build(
     if unresolved is None:
         from neuronc.backends.weights_binding import weights_binding_of
 
-        environment = backend.keyed_environment(spec, versions, os.environ if environ is None else environ)
+        environment = backend.toolchain.keyed_environment(spec, versions, os.environ if environ is None else environ)
         key = config_key(
             spec,
-            flags_mode=backend.compiler_flags_mode,
+            flags_mode=backend.toolchain.compiler_flags_mode,
             model_dir=model_dir,
             revision=revision,
             environ=environ,
@@ -146,7 +146,7 @@ def resolve_build(
         availability=availability,
         versions=versions,
         toolchain_key=toolchain_key(versions),
-        toolchain_label=toolchain_label(spec.backend, backend.toolchain_package, versions),
+        toolchain_label=toolchain_label(spec.backend, backend.toolchain.toolchain_package, versions),
         model_dir=model_dir,
         revision=revision,
         config_key=key,

@@ -57,7 +57,7 @@ def moved_refs(contexts: Sequence[BuildContext], keys: Sequence[str]) -> list[Mo
             environment = ctx.config_key.inputs.get("environment") if ctx.config_key is not None else None
             key = config_key(
                 spec,
-                flags_mode=ctx.backend.compiler_flags_mode,
+                flags_mode=ctx.backend.toolchain.compiler_flags_mode,
                 model_dir=None,
                 revision=commit,
                 environment=environment,

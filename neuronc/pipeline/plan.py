@@ -169,7 +169,7 @@ def plan_builds(
                 estimate=est,
                 graphs=graphs,
                 backend=ctx.backend,
-                neuron_sdk=release_json(ctx.backend.release_for(spec), spec.backend),
+                neuron_sdk=release_json(ctx.backend.rules.release_for(spec), spec.backend),
                 context=ctx,
             )
         )

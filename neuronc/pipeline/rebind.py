@@ -47,7 +47,7 @@ def rebind_refusal(ctx: BuildContext) -> str | None:
     binding = weights_binding_of(ctx.backend)
     if binding.embeds is not False:
         return f"{ctx.backend.name}: {binding.describe()}"
-    if not ctx.backend.consumes_rank_shards:
+    if not ctx.backend.toolchain.consumes_rank_shards:
         return (
             f"{ctx.backend.name} writes its weights in its own format while it compiles: staging them needs a compile"
         )

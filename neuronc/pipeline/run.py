@@ -66,7 +66,7 @@ def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
     found: dict[str, Availability] = {}
     backends = {spec.backend: backend_of(spec) for spec in specs}
     for name in sorted(backends):
-        availability = found[name] = backends[name].availability()
+        availability = found[name] = backends[name].toolchain.availability()
         if not availability.available:
             problems.append(f"{name}: {availability.reason or 'not available'}")
             if availability.install_hint:

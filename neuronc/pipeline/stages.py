@@ -74,7 +74,7 @@ def compile_into_store(
         shards: list[Shard] = []
         # A backend that shards in its own format (the Neuron SDKs) never reads neuronc's rank
         # shards; writing them would only cost time and disk.
-        if spec.weights == "presharded" and ctx.backend.consumes_rank_shards:
+        if spec.weights == "presharded" and ctx.backend.toolchain.consumes_rank_shards:
             # The splitter draws its own byte-progress bar.
             with clock.stage("split", f"split weights (tp={spec.tp_degree})", quiet=True):
                 weights_dir = staging / "weights"

@@ -245,7 +245,7 @@ def estimate(
         )
     else:
         est.host_split_bytes = 0
-    model = backend.host_ram
+    model = backend.toolchain.host_ram
     if model is not None:
         per_graph = model.per_graph_bytes + (2 * est.weights_bytes if model.weights_per_graph else 0)
         est.host_compile_per_graph_bytes = per_graph
@@ -273,7 +273,7 @@ def _warn(est: Estimate, host_ram: int | None) -> None:
 def smallest_fitting_tp(spec: BuildSpec, model_config: Mapping[str, Any], backend: Backend) -> int | None:
     """The smallest tensor-parallel degree above the build's that the backend supports on the target
     and at which the build fits (None when none does)."""
-    degrees: Sequence[int] = sorted(backend.supported_tp_degrees(spec.target, spec.options) or ())
+    degrees: Sequence[int] = sorted(backend.rules.supported_tp_degrees(spec.target, spec.options) or ())
     for tp in degrees:
         if tp <= spec.tp_degree:
             continue

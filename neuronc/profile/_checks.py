@@ -121,30 +121,30 @@ def check_backend_fields(view: LenientView, backend: Backend, problem: Problem) 
     target = view.get(("target",), str)
     amp = view.get(("amp",), str)
     task = view.get(("model", "task"), str, default="text-generation")
-    weights = view.get(("weights",), str, default=backend.default_weights)
+    weights = view.get(("weights",), str, default=backend.rules.default_weights)
     tp = view.get(("tp_degree",), int)
     options = view.get(("options",), dict, default={}) or {}
     if target is not None and target in TARGETS:
         # The support matrix (Neuron backends) names the last release that supported the pair.
-        found = list(backend.support_problems(target, view.get(("sdk",), str)))
+        found = list(backend.rules.support_problems(target, view.get(("sdk",), str)))
         if target not in backend.targets and not found:
             problem(("target",), _target_problem(target, backend))
         for each in found:
             problem(each.path, each.message)
         check_lnc(options, backend, problem)
     for path, value, universe, supported in (
-        (("amp",), amp, AMP_TO_DTYPE, backend.amp),
-        (("model", "task"), task, TASKS, backend.tasks),
-        (("weights",), weights, WEIGHT_MODES, backend.weights_modes),
+        (("amp",), amp, AMP_TO_DTYPE, backend.rules.amp),
+        (("model", "task"), task, TASKS, backend.rules.tasks),
+        (("weights",), weights, WEIGHT_MODES, backend.rules.weights_modes),
     ):
         if value is not None and value in universe and value not in supported:
             problem(path, f"'{value}' is not supported by '{name}'; allowed: {', '.join(sorted(supported))}")
-    degrees = backend.supported_tp_degrees(target, options) if target in backend.targets else None
+    degrees = backend.rules.supported_tp_degrees(target, options) if target in backend.targets else None
     if tp is not None and degrees is not None and tp not in degrees:
-        problem(("tp_degree",), backend.tp_degree_problem(tp, target, degrees))
+        problem(("tp_degree",), backend.rules.tp_degree_problem(tp, target, degrees))
     flags = view.get(("compiler", "flags"), list)
-    if flags and backend.compiler_flags_mode is CompilerFlagsMode.NONE:
-        problem(("compiler", "flags"), backend.compiler_flags_problem())
+    if flags and backend.toolchain.compiler_flags_mode is CompilerFlagsMode.NONE:
+        problem(("compiler", "flags"), backend.rules.compiler_flags_problem())
     check_options(options, backend, problem)
 
 
@@ -174,7 +174,7 @@ def _target_problem(target: str, backend: Backend) -> str:
 
 def check_options(options: Mapping[str, Any], backend: Backend, problem: Problem) -> None:
     """Validate ``options:`` against the backend's options model, each error at its own position."""
-    model = backend.options_model
+    model = backend.rules.options_model
     if model is None:
         return
     try:
@@ -227,7 +227,7 @@ def check_model(
         if config is not None:
             tp = view.get(("tp_degree",), int)
             max_length = view.get(("sequence", "max_length"), int)
-            check_against_config(tp, max_length, config, backend.requires_tp_divides_heads, problem)
+            check_against_config(tp, max_length, config, backend.rules.requires_tp_divides_heads, problem)
     target = view.get(("target",), str)
     if target in NEURON_TARGETS and revision is None and local_model_dir(model_id, base_dir) is None:
         warnings.append(

@@ -208,7 +208,7 @@ def _build_one(
             context_buckets=context_buckets,
             token_buckets=token_buckets,
         ),
-        weights=model.weights or backend.default_weights,
+        weights=model.weights or backend.rules.default_weights,
         compiler_flags=tuple(model.compiler.flags),
         options=model.options,
         sdk=model.sdk,
@@ -218,7 +218,7 @@ def _build_one(
         build_index=index,
         matrix_values=dict(combo),
     ).bound_to(backend)
-    for found in backend.check_spec(spec):
+    for found in backend.rules.check_spec(spec):
         problem(found.path, found.message)
     return None if len(problems) > count_before else spec
 

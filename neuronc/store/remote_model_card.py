@@ -107,7 +107,7 @@ def _backend_facts(name: str) -> tuple[str, str | None]:
     except NeuroncError:
         return name, None
     stack = str(backend.serving_stacks[0]) if backend.serving_stacks else None
-    return backend.toolchain_package or name, stack
+    return backend.toolchain.toolchain_package or name, stack
 
 
 def deploy_lines(manifest: Manifest, store_url: str) -> list[str]:

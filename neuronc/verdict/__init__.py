@@ -154,7 +154,7 @@ def host_verdict(bundle: Path) -> Verdict:
     # A bundle read from disk names its backend: resolved here, once.
     manifest = read_manifest(bundle)
     try:
-        installed = resolve_backend(manifest).toolchain_versions()
+        installed = resolve_backend(manifest).toolchain.toolchain_versions()
     except ImportError:
         installed = {}
     how = "run it on the EC2 instance that serves it (its instance type names the chip)"

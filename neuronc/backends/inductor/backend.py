@@ -45,6 +45,7 @@ from neuronc.backends.inductor.format import (
     GRAPH_FORMAT,
     INDEX_NAME,
     SUPPORTED_MODEL_TYPES,
+    TRUST_CPU_FLAGS_ENV,
     cpu_isa,
     graph_files,
     missing_constants,
@@ -96,6 +97,8 @@ class InductorBackend(BackendBase):
     )
     toolchain_package: ClassVar[str | None] = "torch"
     can_run: ClassVar[bool] = True
+    # This process only loads graphs: torch need not probe the CPU's ISA by compiling test programs.
+    process_env: ClassVar[Mapping[str, str]] = TRUST_CPU_FLAGS_ENV
     options_model: ClassVar[type[BaseModel] | None] = InductorOptions
     description: ClassVar[str] = "embedded CPU backend: torch.export + AOTInductor, one graph per bucket"
     targets: ClassVar[frozenset[str]] = frozenset({"cpu"})

@@ -15,8 +15,8 @@ for a bundle, against the serving side, under the serve files ``neuronc deploy``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from neuronc.backends.serving import (
     NOT_RECORDED,
@@ -37,6 +37,7 @@ from neuronc.backends.serving import (
     version_parts,
 )
 from neuronc.backends.support import releases
+from neuronc.backends.vllm_neuron import engine, facts
 from neuronc.backends.vllm_neuron.engine import serve_env
 from neuronc.backends.vllm_neuron.facts import ROUTE_ENV, shapes_graphs
 from neuronc.errors import InvalidInputError
@@ -116,7 +117,32 @@ def _compile_image_env(info: Mapping[str, Any]) -> dict[str, str] | None:
 
 
 class VllmNeuronServing:
-    """The serving capability of the vllm-neuron backend."""
+    """The serving capability of the vllm-neuron backend: the key parts for the verdict, and the engine
+    record deploy writes the serve lines from (``neuronc.backends.serving.RecordedEngine``)."""
+
+    cache_root_env: ClassVar[str] = facts.CACHE_ROOT_ENV
+    fail_on_miss_env: ClassVar[str] = facts.FAIL_ON_MISS_ENV
+    kv_sizing_env: ClassVar[tuple[str, ...]] = facts.KV_SIZING_ENV
+    recorded_env_prefixes: ClassVar[tuple[str, ...]] = facts.RECORDED_ENV_PREFIXES
+
+    def engine_args_problem(self, args: Sequence[str]) -> tuple[str, str] | None:
+        return engine.engine_args_problem(args)
+
+    def env_value_problem(self, name: str, value: str) -> str | None:
+        return facts.env_value_problem(name, value)
+
+    def serve_env(
+        self,
+        *,
+        logical_nc_config: int,
+        plugin: str,
+        route: str | None,
+        recorded_env: Mapping[str, str],
+        target: str | None = None,
+    ) -> dict[str, str]:
+        return serve_env(
+            logical_nc_config=logical_nc_config, plugin=plugin, route=route, recorded_env=recorded_env, target=target
+        )
 
     def key_parts(self, values: Any, extra: Mapping[str, Any], side: ServingSide) -> tuple[list[Part], list[str]]:
         info = extra.get("vllm_neuron")
