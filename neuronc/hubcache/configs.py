@@ -379,7 +379,7 @@ def _diff_dict_with_transformers(raw: Mapping[str, Any], task: str) -> dict[str,
     if not transformers_is_sdk_series():
         return None
     try:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+        from transformers import CONFIG_MAPPING
     except ImportError:
         return None
     try:
