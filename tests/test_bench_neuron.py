@@ -117,6 +117,7 @@ def alive(pid: int) -> bool:
 def bench(env: dict[str, str], args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "neuronc", "bench", *args, "--image", IMAGE, "--tokenizer", str(TOKENIZER), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    assert done.stdout.strip(), done.stderr[-3000:]  # --json: one document on stdout, success or failure
     sys.path.insert(0, str(REPO / "tests" / "docs"))
     problems = importlib.import_module("_schemas").problems
     assert problems("bench", json.loads(done.stdout)) == [], done.stdout[:3000]

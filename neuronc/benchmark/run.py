@@ -140,7 +140,7 @@ def plan_bundle(bundle: BenchBundle, options: BenchOptions, work: Path, port: in
 def _verdict(plan: Plan, image: str | None, options: BenchOptions) -> None:
     from neuronc.verdict import has_verdict, image_verdict
 
-    if image is None or not has_verdict(plan.manifest.backend):
+    if image is None or not has_verdict(plan.manifest):
         plan.marks.append("verdict: cannot tell (no image, or no key neuronc compares for this backend)")
         return
     try:
@@ -149,6 +149,9 @@ def _verdict(plan: Plan, image: str | None, options: BenchOptions) -> None:
         plan.marks.append(f"verdict: cannot tell ({exc.message})")
         return
     if verdict.starts_without_compiling:
+        return
+    if verdict.starts_without_compiling is None:  # cannot tell: measured, and the row says what is unchecked
+        plan.marks.append("verdict: cannot tell (" + "; ".join(verdict.lines()) + ")")
         return
     plan.marks.append("compiles at start: " + "; ".join(verdict.lines()))
     if not options.allow_compile:
@@ -266,7 +269,7 @@ def _start(plan: Plan, port: int, work: Path) -> Stack:
     log = work / "server.log"
     if plan.compose is None:
         return start_cpu(plan.bundle.path, port, log)
-    from neuronc.backends.vllm_neuron.runner import find_runtime
+    from neuronc.backends.containers import find_runtime
 
     runtime = find_runtime()
     if runtime is None:
