@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from neuronc.bundle import BuildRecord, Graph, WeightsSource
+from neuronc.bundle import Graph
 from neuronc.keys import KEY_SCHEME
 from neuronc.pipeline.context import BuildContext
 from neuronc.pipeline.timing import StageClock
@@ -109,7 +109,7 @@ def rebind_into_store(
     left behind either way.
     """
     from neuronc.model.source import resolve_checkpoint
-    from neuronc.pipeline.stages import add_model_files, add_profile, split_weights
+    from neuronc.pipeline.stages import add_model_files, add_profile, build_record, split_weights
 
     source_dir = Path(entry.location) if Path(entry.location).is_dir() else store.fetch(_entry_key(entry))
     source = entry.manifest
@@ -132,20 +132,9 @@ def rebind_into_store(
             add_profile(ctx, writer)
         graphs = [Graph(**{**g.model_dump(), "compile_seconds": 0.0, "cache_hit": True}) for g in source.graphs]
         origin = {"config_hash": source.config_hash, "toolchain_key": source.toolchain_key, "bundle": entry.location}
-        extra = {k: v for k, v in source.extra.items() if k not in ("keys", "rebound")}
-        extra |= {"keys": ctx.config.keys_record(), "rebound": origin}
+        extra = {k: v for k, v in source.extra.items() if k not in ("keys", "rebound")} | {"rebound": origin}
         with clock.stage("publish", "write manifest and publish"):
-            record = BuildRecord.for_build(
-                spec,
-                ctx.config,
-                ctx.versions,
-                toolchain_label=ctx.toolchain_label,
-                graphs=graphs,
-                shards=shards,
-                weights=WeightsSource.model_validate(weights_source, strict=False),
-                stages=[s.to_manifest() for s in clock.stages],
-                extra=extra,
-            )
+            record = build_record(ctx, clock, graphs=graphs, shards=shards, source=weights_source, extra=extra)
             bundle = writer.finish(record)
     except LayoutMismatch:
         return None

@@ -108,18 +108,7 @@ def compile_into_store(
         records = _graph_records(result)
         _stop_if_cancelled(options)  # a cancelled build never publishes
         with clock.stage("publish", "write manifest and publish"):
-            record = BuildRecord.for_build(
-                spec,
-                ctx.config,
-                ctx.versions,
-                toolchain_label=ctx.toolchain_label,
-                graphs=records,
-                shards=shards,
-                weights=WeightsSource.model_validate(source, strict=False),
-                # The stages so far (publish is timed by the clock, not recorded in the manifest).
-                stages=[s.to_manifest() for s in clock.stages],
-                extra={**result.extra, "keys": ctx.config.keys_record()},
-            )
+            record = build_record(ctx, clock, graphs=records, shards=shards, source=source, extra=result.extra)
             bundle = writer.finish(record)
     except CompileError as exc:
         _keep_logs(exc, staging, ctx)
@@ -197,6 +186,30 @@ def add_model_files(model_dir: Path, writer: BundleWriter) -> None:
     for path in model_files(model_dir):
         # Resolve hub-cache symlinks: the bundle carries real files.
         writer.add_file(f"model/{path.name}", role="model", source_path=path.resolve())
+
+
+def build_record(
+    ctx: BuildContext,
+    clock: StageClock,
+    *,
+    graphs: list[Graph],
+    shards: list[Shard],
+    source: Any,
+    extra: dict[str, Any],
+) -> BuildRecord:
+    """What the writer records for a compiled or rebound build: its graphs, shards, weights source, the
+    stages so far (publish is timed by the clock, not recorded in the manifest) and ``extra`` with the keys."""
+    return BuildRecord.for_build(
+        ctx.spec,
+        ctx.config,
+        ctx.versions,
+        toolchain_label=ctx.toolchain_label,
+        graphs=graphs,
+        shards=shards,
+        weights=WeightsSource.model_validate(source, strict=False),
+        stages=[s.to_manifest() for s in clock.stages],
+        extra={**extra, "keys": ctx.config.keys_record()},
+    )
 
 
 def add_profile(ctx: BuildContext, writer: BundleWriter) -> None:
