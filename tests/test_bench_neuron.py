@@ -116,7 +116,13 @@ def alive(pid: int) -> bool:
 
 def bench(env: dict[str, str], args: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "neuronc", "bench", *args, "--image", IMAGE, "--tokenizer", str(TOKENIZER), "--json"]
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:  # say where it stood: the bench's progress and GuideLLM's logs
+        out = Path(args[args.index("--out") + 1])
+        logs = [f"== {log}\n{log.read_text(errors='replace')[-1500:]}" for log in sorted(out.glob("runs/*/*.log"))]
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else str(exc.stderr)
+        raise AssertionError(f"bench ran past {timeout} s\n{stderr[-2000:]}\n" + "\n".join(logs)) from None
     assert done.stdout.strip(), done.stderr[-3000:]  # --json: one document on stdout, success or failure
     sys.path.insert(0, str(REPO / "tests" / "docs"))
     problems = importlib.import_module("_schemas").problems

@@ -121,3 +121,33 @@ def test_a_server_that_exits_or_never_answers_is_stopped_with_its_children(tmp_p
     assert hangs.poll() is not None
     ps = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True, check=False).stdout
     assert [line for line in ps.splitlines() if line.split()[0] == str(hangs.pid) and "Z" not in line.split()[1]] == []
+
+
+def test_a_stalled_guidellm_run_is_stopped_at_its_bound_with_everything_it_started(tmp_path: Path) -> None:
+    """GuideLLM can stall between the benchmarks of a run (vllm-project/guidellm#431): past its bound the
+    run is stopped, its worker processes with it, and the stall is its own error (bench runs it once more).
+    The program here stands in for a stalled GuideLLM: it starts a worker and never exits."""
+    import subprocess
+    import sys
+    import time
+
+    from neuronc.benchmark.guidellm import Guidellm, GuidellmStalled, run_bound, run_scenario
+
+    # The bound scales with the work asked: 120 s to start, then 2 x seconds + 30 s per benchmark.
+    assert run_bound(3, 3.0) == 120 + 3 * 36
+    assert run_bound(5, 10.0) == 120 + 5 * 50
+    marker = f"stalled-guidellm-{tmp_path.name}"
+    stalls = tmp_path / "guidellm"
+    stalls.write_text(
+        f"#!{sys.executable}\nimport subprocess, sys, time\nprint('starting benchmarks', flush=True)\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', '{marker}'])\ntime.sleep(600)\n"
+    )
+    stalls.chmod(0o755)
+    log = tmp_path / "guidellm-sweep.log"
+    started = time.monotonic()
+    with pytest.raises(GuidellmStalled, match=r"GuideLLM ran past 5 s and was stopped \(log: .*guidellm-sweep.log\)"):
+        run_scenario(Guidellm(str(stalls), "0.8.1"), tmp_path / "scenario.json", log, timeout=5)
+    assert time.monotonic() - started < 60
+    ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=False).stdout
+    left = [line for line in ps.splitlines() if marker in line and not line.lstrip().startswith("Z")]
+    assert left == [], f"the stalled run left {left}"

@@ -204,6 +204,23 @@ class GuidellmFailed(Exception):
     """One GuideLLM run failed: the row's error, not the whole bench."""
 
 
+class GuidellmStalled(GuidellmFailed):
+    """One GuideLLM run went past its bound (``run_bound``) and was stopped."""
+
+
+# GuideLLM's own start (imports, tokenizer, backend validation) and, per benchmark, its warm-up, the
+# cancelling of requests in flight at the end and the report. Generous: a bound is for a run that hangs
+# (GuideLLM can stall between the benchmarks of a run: vllm-project/guidellm#431, #1152), never for a slow one.
+_START_ALLOWANCE_S = 120.0
+_PER_BENCHMARK_ALLOWANCE_S = 30.0
+
+
+def run_bound(benchmarks: int, seconds: float) -> float:
+    """Seconds a GuideLLM run of ``benchmarks`` benchmarks of ``seconds`` each may take before it counts as
+    stalled: its start, then twice each benchmark's duration plus a fixed allowance."""
+    return _START_ALLOWANCE_S + benchmarks * (2 * seconds + _PER_BENCHMARK_ALLOWANCE_S)
+
+
 def run_scenario(
     guidellm: Guidellm,
     scenario: Path,
@@ -212,7 +229,8 @@ def run_scenario(
     timeout: float,
     on_line: Callable[[str], None] | None = None,
 ) -> None:
-    """``guidellm run --scenario FILE`` with its output in ``log``; GuidellmFailed on a non-zero exit or timeout.
+    """``guidellm run --scenario FILE`` with its output in ``log``; GuidellmFailed on a non-zero exit,
+    GuidellmStalled past ``timeout`` seconds.
 
     GuideLLM runs in its own process group: a Ctrl-C here stops it (SIGINT, then SIGKILL) before it propagates.
     """
@@ -225,7 +243,7 @@ def run_scenario(
             while proc.poll() is None:
                 if time.monotonic() > deadline:
                     stop_group(proc)
-                    raise GuidellmFailed(f"GuideLLM ran past {timeout:.0f} s (log: {log})")
+                    raise GuidellmStalled(f"GuideLLM ran past {timeout:.0f} s and was stopped (log: {log})")
                 time.sleep(0.2)
         except BaseException:
             stop_group(proc)
@@ -262,11 +280,13 @@ __all__ = [
     "GUIDELLM_ENV",
     "Guidellm",
     "GuidellmFailed",
+    "GuidellmStalled",
     "Target",
     "Traffic",
     "default_traffic",
     "find_guidellm",
     "goodput_scenario",
+    "run_bound",
     "run_scenario",
     "stop_group",
     "sweep_scenario",

@@ -21,10 +21,12 @@ from neuronc.benchmark import results
 from neuronc.benchmark.guidellm import (
     Guidellm,
     GuidellmFailed,
+    GuidellmStalled,
     Target,
     Traffic,
     default_traffic,
     goodput_scenario,
+    run_bound,
     run_scenario,
     sweep_scenario,
 )
@@ -51,7 +53,6 @@ class BenchOptions:
     seconds: float = 10.0  # per benchmark of the sweep and per probe of the goodput search
     goodput_probes: int = 6
     health_timeout: float = 300.0
-    guidellm_timeout: float = 1800.0
     rerun: bool = False
     allow_compile: bool = False
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -250,7 +251,9 @@ def _measure(
                 plan.values.max_length,
             )
             for kind in missing:
-                found[kind] = _run_guidellm(kind, wanted[kind], plan, target, traffic, options, guidellm, work, ready)
+                found[kind] = _run_guidellm(
+                    kind, wanted[kind], plan, target, traffic, options, guidellm, work, ready, progress
+                )
                 results.save(store, plan.key, found[kind])
         finally:
             stack.stop()
@@ -287,6 +290,7 @@ def _run_guidellm(
     guidellm: Guidellm,
     work: Path,
     ready: float,
+    progress: Progress,
 ) -> results.Measured:
     report_path = work / f"guidellm-{kind}.json"
     report_path.unlink(missing_ok=True)
@@ -302,7 +306,15 @@ def _run_guidellm(
         document = built
     scenario_file = work / f"guidellm-{kind}.scenario.json"
     scenario_file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    run_scenario(guidellm, scenario_file, work / f"guidellm-{kind}.log", timeout=options.guidellm_timeout)
+    benchmarks = options.sweep_size if kind == "sweep" else options.goodput_probes
+    bound = run_bound(benchmarks, options.seconds)
+    log = work / f"guidellm-{kind}.log"
+    try:
+        run_scenario(guidellm, scenario_file, log, timeout=bound)
+    except GuidellmStalled as exc:  # GuideLLM's intermittent stall: once more, then it is the row's error
+        progress(f"{plan.bundle.name}: {exc}; running GuideLLM's {kind} once more")
+        report_path.unlink(missing_ok=True)
+        run_scenario(guidellm, scenario_file, log, timeout=bound)
     if not report_path.is_file():
         raise GuidellmFailed(f"GuideLLM wrote no report at {report_path}")
     report = read_report(report_path)
