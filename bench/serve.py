@@ -103,11 +103,12 @@ class BareLoop:
 
 
 def bare_worker(bundle: str) -> None:
-    from neuronc.runtime import load
+    from neuronc.runtime import runnable_backend
     from neuronc.serve.server import apply_environment
 
-    apply_environment()
-    runner = load(bundle)
+    backend = runnable_backend(bundle)
+    apply_environment(backend)
+    runner = backend.runtime.load(bundle)
     ids = [runner.encode(p) for p in PROMPTS]
     print("ready", flush=True)
     for line in sys.stdin:

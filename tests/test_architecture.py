@@ -248,6 +248,7 @@ BACKEND_LOOKUPS = {
         "verdict/__init__.py": {"host_verdict", "bundle_verdict", "has_verdict"},
         "store/remote_model_card.py": {"_backend_facts"},
         "backends/serving.py": {"recorded_engine"},
+        "serve/server.py": {"check_bundle"},
     },
     "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
 }
@@ -567,9 +568,6 @@ BACKEND_FAMILIES = sorted(p.parent.name for p in (PACKAGE / "backends").glob("*/
 # "a backend is one room"). This list may only shrink: a new entry is a failure, and so is an entry
 # that no longer imports the family (remove it from here).
 FAMILY_IMPORTS_LEFT: dict[str, set[str]] = {
-    # `neuronc serve` is a server for inductor bundles (issue 42's layer); its owner moves it.
-    "neuronc.cli.serve": {"inductor"},
-    "neuronc.serve.server": {"inductor"},
     # The vllm-neuron family builds on the Neuron family: its backend is a NeuronBackend (the Neuron
     # toolchain, support matrix checks and bundle files), and its compile copies the checkpoint and
     # pins the platform target the way the Neuron family does. One family extending another, never a

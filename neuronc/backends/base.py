@@ -393,7 +393,7 @@ class BackendBase:
         msg = f"backend '{self.name}' cannot compile here"
         raise BackendUnavailableError(msg, hint=self.install_hint)
 
-    def load(self, bundle_dir: str | os.PathLike[str]) -> Any:
+    def load(self, bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Any:
         from neuronc.errors import BackendUnavailableError
 
         msg = f"bundles of backend '{self.name}' cannot run here: neuronc has no runtime for them"

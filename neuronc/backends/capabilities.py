@@ -87,7 +87,10 @@ class BackendRuntime(Protocol):
     # other people's processes.
     process_env: ClassVar[Mapping[str, str]]
 
-    def load(self, bundle_dir: str | os.PathLike[str]) -> Any: ...
+    def load(self, bundle_dir: str | os.PathLike[str], *, warmup: bool = True) -> Any:
+        """The bundle loaded to run (``generate``; for `neuronc serve`, a ``neuronc.serve.runner.ServingRunner``);
+        ``warmup=False``: the caller warms it up itself (the server's engine thread)."""
+        ...
 
     def recognizes(self, directory: str | os.PathLike[str]) -> bool: ...
 

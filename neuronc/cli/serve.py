@@ -11,8 +11,8 @@ from neuronc.cli._app import command
 from neuronc.errors import MISSING_LIBRARY
 
 if TYPE_CHECKING:
-    from neuronc.backends.inductor.runner import InductorRunner
     from neuronc.serve.app import ServeState
+    from neuronc.serve.runner import ServingRunner
 
 BundleArg = Annotated[
     Path, cli.Argument(help="CPU bundle directory (as printed by `neuronc compile`).", show_default=False)
@@ -63,14 +63,14 @@ def serve_command(
         raise MISSING_LIBRARY.convert(exc, doing, hint="pip install 'neuronc[cpu,serve]'") from None
     from neuronc.serve.server import apply_environment, check_bundle, serve
 
-    apply_environment()
     target = check_bundle(bundle, model_name=served_model_name)
+    apply_environment(target.backend)  # before the backend's runtime is imported
     return serve(
         target, host=host, port=port, max_queue=max_queue, shutdown_timeout=shutdown_timeout, announce=_announce
     )
 
 
-def _announce(state: ServeState, runner: InductorRunner, host: str, port: int, chat: bool) -> None:
+def _announce(state: ServeState, runner: ServingRunner, host: str, port: int, chat: bool) -> None:
     shown = f"[{host}]" if ":" in host else host
     routes = "/v1/completions, /v1/chat/completions" if chat else "/v1/completions"
     sys.stderr.write(

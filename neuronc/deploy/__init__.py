@@ -98,17 +98,23 @@ def check_compatible(stack: Stack, manifest: Manifest) -> None:
     from neuronc.backends import is_registered, resolve_backend
 
     backend, target = manifest.backend, manifest.target
-    stacks = resolve_backend(manifest).serving_stacks if is_registered(backend) else ()
+    resolved = resolve_backend(manifest) if is_registered(backend) else None
+    stacks = resolved.serving_stacks if resolved is not None and target in resolved.targets else ()
     if stack.value in stacks:
         return
+    if stack is Stack.neuronc:  # `neuronc serve`: the backends that list it, for their own targets
+        others = [s.value for s in (resolved.serving_stacks if resolved is not None else ()) if s is not Stack.neuronc]
+        msg = f"--for neuronc serves CPU (inductor) bundles; this one is a {backend} bundle for {target}"
+        fors = " or ".join(others or ["vllm", "tgi", "torchserve"])
+        raise InvalidInputError(msg, hint=f"deploy it with --for {fors}")
     if target == "cpu" or not stacks:
         msg = (
             f"--for {stack.value}: this bundle ({backend} backend, target {target}) "
             "is not served by a Neuron serving stack"
         )
+        served = f"serve it with `--for {' or '.join(stacks)}`, or run it" if stacks else "run it"
         hint = (
-            "serve it with `--for neuronc` (`neuronc serve`), or run it with `neuronc run BUNDLE --prompt ...`; "
-            "to serve on Inferentia/Trainium, compile a Neuron "
+            f"{served} with `neuronc run BUNDLE --prompt ...`; to serve on Inferentia/Trainium, compile a Neuron "
             "profile (backend nxdi for vLLM, optimum-neuron, or transformers-neuronx for TorchServe)"
         )
         raise InvalidInputError(msg, hint=hint)
@@ -128,12 +134,11 @@ def render(bundle_dir: str | os.PathLike[str], stack: Stack | str, options: Depl
         from neuronc.deploy.sagemaker import vllm_dlc_refusal
 
         vllm_dlc_refusal(manifest.backend, manifest.toolchain, manifest.extra)
-    if chosen is Stack.neuronc:
-        from neuronc.deploy.neuronc_serve import check_servable, render_neuronc
-
-        check_servable(manifest.backend, manifest.target)
-        return render_neuronc(serving_values(manifest, Path(bundle_dir), options.bundle_path), options)
     check_compatible(chosen, manifest)
+    if chosen is Stack.neuronc:
+        from neuronc.deploy.neuronc_serve import render_neuronc
+
+        return render_neuronc(serving_values(manifest, Path(bundle_dir), options.bundle_path), options)
     values = serving_values(manifest, Path(bundle_dir), options.bundle_path)
     if chosen is Stack.vllm and values.backend == "nxdi":
         from neuronc.deploy.vllm import render_vllm

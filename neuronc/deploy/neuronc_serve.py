@@ -18,16 +18,6 @@ from neuronc.deploy._quote import comment_text, sh_command
 from neuronc.deploy._types import DeployOptions, EmittedFile, Rendered, Stack
 from neuronc.deploy._values import ServingValues
 from neuronc.deploy.benchmark import Endpoint, benchmark_files
-from neuronc.errors import InvalidInputError
-
-SERVABLE = ("inductor", "cpu")  # (backend, target) of the bundles `neuronc serve` serves
-
-
-def check_servable(backend: str, target: str) -> None:
-    """Exit 2 for a bundle `neuronc serve` cannot serve (anything but a CPU inductor bundle)."""
-    if (backend, target) != SERVABLE:
-        msg = f"--for neuronc serves CPU (inductor) bundles; this one is a {backend} bundle for {target}"
-        raise InvalidInputError(msg, hint="deploy a Neuron bundle with --for vllm, tgi, torchserve or sagemaker")
 
 
 def serve_argv(v: ServingValues, options: DeployOptions) -> list[str]:

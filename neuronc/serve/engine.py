@@ -35,6 +35,7 @@ import torch
 
 from neuronc.serve.detok import TextTail
 from neuronc.serve.protocol import RequestError, Sampling
+from neuronc.serve.runner import ServingRunner
 from neuronc.serve.sampling import generator_for, pick
 
 
@@ -83,7 +84,7 @@ class Job:
 class Engine:
     """Owns the runner; ``submit`` jobs from any thread, ``close`` to drain and stop."""
 
-    def __init__(self, runner: Any, *, max_queue: int) -> None:
+    def __init__(self, runner: ServingRunner, *, max_queue: int) -> None:
         self.runner = runner
         self.batch_size = int(runner.batch_size)
         self.max_length = int(runner.max_length)

@@ -2,10 +2,12 @@
 
 Order (each failure ends the command before anything listens):
 
-1. the bundle has a manifest, is a CPU bundle built by a backend that runs here (``inductor``): else
-   exit 2 (Neuron bundles are served by their own stacks: ``neuronc deploy``);
+1. the bundle has a manifest, and its backend lists `neuronc serve` among its serving stacks
+   (``Backend.serving_stacks``: the inductor backend, for CPU bundles): else exit 2 (Neuron bundles are
+   served by their own stacks: ``neuronc deploy``);
 2. every file's SHA-256 matches the manifest (``verify_bundle``): else exit 4;
-3. the graphs load and warm up (``neuronc.runtime.load``, what `neuronc run` does);
+3. the backend's runtime loads the bundle (``Backend.runtime.load``, what `neuronc run` does) into a
+   ``ServingRunner``; its graphs warm up on the engine's own thread;
 4. the socket is bound (``--port 0``: the kernel picks one; the address is printed either way);
 5. uvicorn serves the application until SIGTERM or Ctrl-C.
 
@@ -33,11 +35,12 @@ from typing import TYPE_CHECKING
 from neuronc.errors import BundleFormatError, EnvironmentIncompatibleError, InvalidInputError
 
 if TYPE_CHECKING:
-    from neuronc.backends.inductor.runner import InductorRunner
+    from neuronc.backends.base import Backend
     from neuronc.serve.app import ServeState
+    from neuronc.serve.runner import ServingRunner
 
 # Called once the port is open: (state, runner, host, port, whether chat is served).
-Announce = Callable[["ServeState", "InductorRunner", str, int, bool], None]
+Announce = Callable[["ServeState", "ServingRunner", str, int, bool], None]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -49,9 +52,11 @@ _ENGINE_JOIN_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class ServeTarget:
-    """A bundle that passed the checks: where it is, its key, and the model name it is served under."""
+    """A bundle that passed the checks: where it is, the backend that built it, its key, and the model
+    name it is served under."""
 
     bundle: Path
+    backend: Backend
     bundle_key: str
     model_name: str
 
@@ -65,7 +70,9 @@ def served_name(model_id: str | None, bundle_key: str) -> str:
 
 def check_bundle(bundle: Path, *, model_name: str | None = None) -> ServeTarget:
     """Refuse what cannot be served here (exit 2) and what fails verification (exit 4)."""
+    from neuronc.backends import is_registered, resolve_backend
     from neuronc.bundle import read_manifest, verify_bundle
+    from neuronc.spec import ServingStack
 
     if not bundle.is_dir():
         raise BundleFormatError(f"{bundle}: no such bundle directory")
@@ -74,14 +81,19 @@ def check_bundle(bundle: Path, *, model_name: str | None = None) -> ServeTarget:
             f"{bundle}: not a bundle (no manifest.json)", hint="pass the directory `neuronc compile` printed"
         )
     manifest = read_manifest(bundle)
-    if manifest.target != "cpu" or manifest.backend != "inductor":
-        msg = (
-            f"{bundle}: a {manifest.backend} bundle for {manifest.target}; neuronc serve serves CPU (inductor) bundles"
-        )
-        raise InvalidInputError(msg, hint="serve a Neuron bundle with its own stack: neuronc deploy BUNDLE --for vllm")
+    # A bundle read from disk names its backend: resolved here, once; whether `neuronc serve` serves it is
+    # the backend's to say (its serving stacks, as for `neuronc deploy --for neuronc`).
+    backend = resolve_backend(manifest) if is_registered(manifest.backend) else None
+    if backend is None or ServingStack.neuronc not in backend.serving_stacks or manifest.target not in backend.targets:
+        stacks = [s.value for s in backend.serving_stacks if s is not ServingStack.neuronc] if backend else []
+        served_by = f" (served by {', '.join(stacks)})" if stacks else ""
+        what = f"a {manifest.backend} bundle for {manifest.target}{served_by}"
+        first = stacks[0] if stacks else "vllm"
+        hint = f"serve a Neuron bundle with its own stack: neuronc deploy BUNDLE --for {first}"
+        raise InvalidInputError(f"{bundle}: {what}; neuronc serve serves CPU (inductor) bundles", hint=hint)
     verify_bundle(bundle).raise_for_problems()
     key = manifest.config_hash
-    return ServeTarget(bundle, key, model_name or served_name(manifest.model_id, key))
+    return ServeTarget(bundle, backend, key, model_name or served_name(manifest.model_id, key))
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -133,10 +145,9 @@ def serve(
     from neuronc.serve.chat import ChatTemplate, has_chat_template
     from neuronc.serve.engine import Engine
 
-    runnable_backend(target.bundle)  # exit 5 if the backend cannot run here (no torch: the cpu extra)
-    from neuronc.backends.inductor.runtime import load
-
-    runner = load(target.bundle, warmup=False)  # warmed up by the engine's own thread (Engine.start)
+    backend = runnable_backend(target.bundle)  # exit 5 if it cannot run here (no torch: the cpu extra)
+    # Warmed up by the engine's own thread (Engine.start), not by the loader.
+    runner: ServingRunner = backend.runtime.load(target.bundle, warmup=False)
     if not runner.has_tokenizer:
         raise BundleFormatError(f"{target.bundle}: the bundle has no tokenizer; neuronc serve needs one")
     runner.tokenizer  # noqa: B018  (loaded now, not by the first request)
@@ -181,15 +192,15 @@ def serve(
     return 0
 
 
-# What `neuronc run` sets before torch loads, for the same reasons (neuronc/cli/run.py): torch need
-# not probe the CPU's ISA by compiling test programs (TRUST_CPU_FLAGS_ENV), and OpenMP threads wait
-# at a barrier sleeping, not spinning (a demo decode step 0.17 ms instead of 0.8-12 ms on a busy
+# What `neuronc run` sets before torch loads, for the same reasons (neuronc/cli/run.py): the backend's
+# runtime environment (inductor's torch need not probe the CPU's ISA by compiling test programs), and
+# OpenMP threads wait at a barrier sleeping, not spinning (a demo decode step 0.17 ms instead of 0.8-12 ms on a busy
 # 2-core host). A value the user set wins.
 _OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def apply_environment() -> None:
-    from neuronc.backends.inductor.format import TRUST_CPU_FLAGS_ENV
-
-    for name, value in {**TRUST_CPU_FLAGS_ENV, **_OPENMP_ENV}.items():
+def apply_environment(backend: Backend) -> None:
+    """What this process sets before the backend's runtime loads (``Backend.runtime.process_env``), and
+    passive OpenMP waits; a value the user set wins."""
+    for name, value in {**backend.runtime.process_env, **_OPENMP_ENV}.items():
         os.environ.setdefault(name, value)

@@ -55,7 +55,7 @@ from neuronc.backends.inductor.format import (
 from neuronc.backends.weights_binding import WeightsBinding
 from neuronc.errors import CheckpointError, CompileError, InvalidInputError
 from neuronc.keys import CompilerFlagsMode
-from neuronc.spec import StrictModel
+from neuronc.spec import ServingStack, StrictModel
 
 if TYPE_CHECKING:
     from neuronc.backends.bucket_rules import BucketRules
@@ -97,6 +97,8 @@ class InductorBackend(BackendBase):
     )
     toolchain_package: ClassVar[str | None] = "torch"
     can_run: ClassVar[bool] = True
+    # `neuronc serve` (neuronc.serve: continuous batching over the runner ``load`` returns; `deploy --for neuronc`).
+    serving_stacks: ClassVar[tuple[ServingStack, ...]] = (ServingStack.neuronc,)
     # This process only loads graphs: torch need not probe the CPU's ISA by compiling test programs.
     process_env: ClassVar[Mapping[str, str]] = TRUST_CPU_FLAGS_ENV
     options_model: ClassVar[type[BaseModel] | None] = InductorOptions
