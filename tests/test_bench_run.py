@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _demo import Demo
 
 from neuronc.benchmark import results
 from neuronc.benchmark.guidellm import Target, Traffic, find_guidellm, goodput_scenario, sweep_scenario, traffic_from
@@ -151,3 +155,50 @@ def test_a_stalled_guidellm_run_is_stopped_at_its_bound_with_everything_it_start
     ps = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True, check=False).stdout
     left = [line for line in ps.splitlines() if marker in line and not line.lstrip().startswith("Z")]
     assert left == [], f"the stalled run left {left}"
+
+
+def test_inspect_shows_the_stored_results_of_a_bundle_in_its_store(demo: Demo, tmp_path: Path) -> None:
+    """`inspect` of a bundle in a local store shows what `bench` stored for it (a real GuideLLM 0.8.1 sweep
+    report); `--store` names another store; a bundle outside any store has no section."""
+    import gzip
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from neuronc.benchmark.report import parse_report
+    from neuronc.bundle import read_manifest
+    from neuronc.cli import app
+    from neuronc.store import LocalStore
+
+    manifest = read_manifest(demo.bundle)
+    store = LocalStore(tmp_path / "store")
+    bundle = store.path_for(manifest)
+    shutil.copytree(demo.bundle, bundle)
+    fixture = Path(__file__).parent / "fixtures" / "guidellm" / "sweep-mock-0.8.1.json.gz"
+    report = parse_report(json.loads(gzip.decompress(fixture.read_bytes())))
+    scenario = {"traffic": {"prompt": [24, 0, 24, 24]}, "concurrency": 1, "sweep_size": 3, "seconds": 3}
+    measured = results.Measured(
+        "sweep", results.cpu_host(), scenario, "0.8.1", report.points, None, 4.25, results.now()
+    )
+    results.save(store, results.bundle_key(manifest.config_hash, manifest.toolchain_key), measured)
+    highest = max(p.requests_per_second for p in report.points)
+
+    def inspect(*args: str) -> dict[str, Any]:
+        done = CliRunner().invoke(app, ["inspect", *args, "--json"])
+        assert done.exit_code == 0, done.output
+        sys.path.insert(0, str(Path(__file__).parent / "docs"))
+        assert importlib.import_module("_schemas").problems("inspect", json.loads(done.stdout)) == []
+        return dict(json.loads(done.stdout))
+
+    [run] = inspect(str(bundle))["bench"]
+    assert (run["kind"], run["host"], run["benchmarks"]) == ("sweep", results.cpu_host(), len(report.points))
+    assert run["max_requests_per_second"] == highest and run["time_to_ready_s"] == 4.25
+    assert run["scenario"] == scenario and run["guidellm_version"] == "0.8.1"
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    assert "bench" not in inspect(str(copy))  # outside a store: nothing to ask
+    assert inspect(str(copy), "--store", str(store.root))["bench"] == [run]
+    assert inspect(str(copy), "--store", str(tmp_path / "empty"))["bench"] == []
+    text = CliRunner().invoke(app, ["inspect", str(bundle)], terminal_width=200)
+    assert text.exit_code == 0 and "stored bench results" in text.output and "sweep" in text.output

@@ -18,11 +18,13 @@ import platform
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from neuronc.benchmark.report import GoodputSearch, Point
 
 if TYPE_CHECKING:
+    from neuronc.bundle import Manifest
     from neuronc.store import BundleStore
 
 SCHEMA = 1
@@ -137,26 +139,71 @@ def save(store: BundleStore, key: str, measured: Measured) -> None:
     store.write_marker(marker_name(key), (json.dumps(document, indent=1, sort_keys=True) + "\n").encode())
 
 
-def summary(store: BundleStore, config_hash: str, toolchain_key: str) -> list[dict[str, Any]]:
-    """What ``inspect`` shows: per stored run, its kind, host, scenario key, GuideLLM version, when, and its
-    highest measured successful request rate."""
-    rows = []
+class StoredRunJSON(TypedDict):
+    """One stored GuideLLM run of a bundle, as ``inspect`` shows it."""
+
+    kind: str
+    host: str
+    scenario_key: str
+    scenario: dict[str, Any]
+    guidellm_version: str
+    measured_at: str
+    time_to_ready_s: float | None
+    benchmarks: int
+    max_requests_per_second: float | None
+
+
+def summary(store: BundleStore, config_hash: str, toolchain_key: str) -> list[StoredRunJSON]:
+    """What ``inspect`` shows: per stored run, its kind, host, scenario, GuideLLM version, when, and its
+    highest measured successful request rate (GuideLLM's own number)."""
+    rows: list[StoredRunJSON] = []
     for entry in load_entries(store, bundle_key(config_hash, toolchain_key)).values():
-        points = entry.get("points") or []
-        rates = [p.get("requests_per_second") for p in points if isinstance(p, dict)]
-        numbers = [r for r in rates if isinstance(r, int | float)]
+        try:
+            measured = Measured.from_json(entry)
+        except (KeyError, TypeError, ValueError):
+            continue  # written by another version: `bench` measures it again
+        rates = [p.requests_per_second for p in measured.points]
         rows.append(
             {
-                "kind": entry.get("kind"),
-                "host": entry.get("host"),
-                "scenario_key": entry.get("scenario_key"),
-                "guidellm_version": entry.get("guidellm_version"),
-                "measured_at": entry.get("measured_at"),
-                "benchmarks": len(points),
-                "max_requests_per_second": max(numbers) if numbers else None,
+                "kind": measured.kind,
+                "host": measured.host,
+                "scenario_key": scenario_key(measured.scenario),
+                "scenario": measured.scenario,
+                "guidellm_version": measured.guidellm_version,
+                "measured_at": measured.measured_at,
+                "time_to_ready_s": measured.time_to_ready_s,
+                "benchmarks": len(measured.points),
+                "max_requests_per_second": max(rates) if rates else None,
             }
         )
-    return sorted(rows, key=lambda r: str(r.get("measured_at")))
+    return sorted(rows, key=lambda r: (r["measured_at"], r["kind"]))
 
 
-__all__ = ["Measured", "bundle_key", "cpu_host", "entry_key", "find", "load_entries", "save", "scenario_key", "summary"]
+def store_holding(bundle: Path, manifest: Manifest) -> BundleStore | None:
+    """The local store ``bundle`` lies in (``<store>/<model>/<toolchain>/<hash>``, where that store would put
+    this manifest's bundle), or None for a bundle outside a store (a copy, ``--out``)."""
+    from neuronc.store import LocalStore
+
+    resolved = bundle.resolve()
+    if len(resolved.parents) < 3:
+        return None
+    store = LocalStore(resolved.parents[2])
+    try:
+        return store if store.path_for(manifest).resolve() == resolved else None
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = [
+    "Measured",
+    "StoredRunJSON",
+    "bundle_key",
+    "cpu_host",
+    "entry_key",
+    "find",
+    "load_entries",
+    "save",
+    "scenario_key",
+    "store_holding",
+    "summary",
+]

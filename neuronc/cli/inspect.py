@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 from neuronc._output import out
 from neuronc.cli import _cli as cli
 from neuronc.cli._app import command
+from neuronc.cli._inspect_bench import BenchStoreOpt, render_stored_runs, stored_runs
 from neuronc.cli._inspect_report import Checks, EnvironmentJSON, Skipped, VerifyCheck, VerifyDocument
 from neuronc.cli._options import JsonOpt, WideOpt
 from neuronc.cli._report import finish_report as _finish
@@ -31,6 +32,7 @@ from neuronc.errors import EnvironmentIncompatibleError, InvalidInputError, Neur
 
 if TYPE_CHECKING:
     from neuronc.accuracy import AccuracyJSON
+    from neuronc.benchmark.results import StoredRunJSON
     from neuronc.bundle import Manifest
     from neuronc.bundle.signing import SignatureJSON
     from neuronc.bundle.signing_material import TrustRoot
@@ -71,10 +73,11 @@ def inspect_command(
     verify: Annotated[bool, cli.Option("--verify", help="Recompute every hash (exit 4 on any problem).")] = False,
     against_env: AgainstEnvOpt = False,
     jobs: JobsOpt = None,
+    store: BenchStoreOpt = None,
     json_out: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals."""
+    """Show a bundle: model, shapes, graphs, shards, toolchain, keys and totals, and its stored bench results."""
     from neuronc.bundle import read_manifest
     from neuronc.bundle.summary import bundle_summary
 
@@ -85,7 +88,9 @@ def inspect_command(
         summary["load_snippet"] = _backend_snippet(manifest, bundle)
     checks: Checks = {}
     failure = _run_checks(bundle, manifest, checks, verify=verify, against_env=against_env, jobs=jobs)
-    _finish({**summary, **checks}, lambda: _render(summary, checks), failure)
+    runs = stored_runs(bundle, manifest, store)
+    shown = {**summary, **checks, **({"bench": runs} if runs is not None else {})}
+    _finish(shown, lambda: _render(summary, checks, runs), failure)
 
 
 def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
@@ -368,7 +373,7 @@ def _size(n: int | None) -> str:
     return "-" if n is None else format_bytes(n)
 
 
-def _render(d: BundleSummary, checks: Checks) -> None:
+def _render(d: BundleSummary, checks: Checks, runs: list[StoredRunJSON] | None = None) -> None:
     from neuronc.fsutil import plural
 
     seq = d["sequence"]
@@ -429,6 +434,7 @@ def _render(d: BundleSummary, checks: Checks) -> None:
         _render_verify(checks, environment=False)
     if "environment" in checks:
         _render_environment(checks["environment"])
+    render_stored_runs(runs)
 
 
 def _render_verify(d: Checks, *, environment: bool = True) -> None:
