@@ -107,7 +107,7 @@ def test_second_compile_is_a_store_hit_and_compiles_nothing(ws: Path) -> None:
     assert (first.status, second.status) == ("built", "hit")
     assert second.bundle == first.bundle and second.config_hash == first.config_hash
     assert [s.name for s in second.stages] == ["plan", "lookup"]
-    assert [g["name"] for g in second.graphs] == [g["name"] for g in first.graphs]
+    assert [g.name for g in second.graphs] == [g.name for g in first.graphs]
     assert compiles(ws) == 1
     # A profile that differs only in what is not hashed (its name, its file) is the same build.
     renamed = write_profile(ws / "renamed.yaml")

@@ -93,12 +93,12 @@ def check_compatible(stack: Stack, manifest: Manifest) -> None:
     """Raise InvalidInputError (exit 2) with the way forward when a stack cannot serve this bundle.
 
     Which stacks load a bundle is the backend's to say (``Backend.serving_stacks``). The bundle was
-    read from disk: its manifest's backend name is resolved here, once (``resolve_backend``).
+    read from disk: its manifest's backend name is resolved here, once (``backend_for_manifest``).
     """
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
 
     backend, target = manifest.backend, manifest.target
-    stacks = resolve_backend(manifest).serving_stacks if is_registered(backend) else ()
+    stacks = backend_for_manifest(manifest).serving_stacks if is_registered(backend) else ()
     if stack.value in stacks:
         return
     if target == "cpu" or not stacks:
