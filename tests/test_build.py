@@ -90,7 +90,7 @@ def test_build_publishes_a_complete_verified_bundle(ws: Path) -> None:
     assert source["model.safetensors"] == sha256(ws / "model" / "model.safetensors")
     # Graphs as the backend reported them; per-stage wall time and peak RSS.
     assert [g.name for g in manifest.graphs] == ["cte-b1-s16", "cte-b1-s32", "tkg-b1-s64"]
-    assert [g["name"] for g in report.graphs] == [g.name for g in manifest.graphs]
+    assert [g.name for g in report.graphs] == [g.name for g in manifest.graphs]
     stages = {s.name: s for s in manifest.stages}
     assert {"plan", "lookup", "resolve", "split", "model_files", "compile"} <= set(stages)
     assert all(s.peak_rss_bytes and s.peak_rss_bytes > 10 * 2**20 for s in stages.values())
