@@ -1,5 +1,6 @@
-"""The signature options `verify`, `deploy` and `store fetch` share, and the signing steps of
-`sign`, `compile --sign` and `store publish --sign`.
+"""The signature options `verify`, `deploy` and `store fetch` share, the signing steps of `sign` and
+`store publish --sign`, and how `compile --sign` says what the pipeline's signing stage
+(``neuronc.pipeline.sign``) did.
 
 Signing and verifying go through the OpenSSF model-signing library (the `sign` extra), imported
 only when a command signs or checks a signature: `neuronc --help` and the other commands never
