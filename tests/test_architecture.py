@@ -25,6 +25,7 @@ CORE = (
     "checkpoint",
     "keys.py",
     "spec.py",
+    "build.py",
 )
 
 
