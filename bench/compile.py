@@ -94,7 +94,7 @@ def _compile(profile: Path, bundle: Path, jobs: int, cache: str) -> tuple[float,
     from neuronc.backends.base import CompileJob
     from neuronc.profile import load_profile
 
-    spec = load_profile(profile).builds[0]
+    spec = load_profile(profile).specs[0]
     backend = get_backend("inductor")
     (bundle / "weights").mkdir(parents=True)
     shutil.copyfile(DEMO / "model.safetensors", bundle / "weights" / "rank-000-of-001.safetensors")

@@ -44,11 +44,11 @@ def load(bundle_dir: str | os.PathLike[str]) -> Any:
 
 def runnable_backend(bundle_dir: str | os.PathLike[str]) -> Backend:
     """The backend that built a bundle, if it can run the bundle here (BackendUnavailableError, exit 5, if not)."""
-    from neuronc.backends import resolve_backend
+    from neuronc.backends import backend_for_manifest
 
     # A bundle read from disk names its backend: resolved here, once, for `run`, `serve` and `verify`.
     name = bundle_backend(bundle_dir)
-    backend = resolve_backend(name)
+    backend = backend_for_manifest(name)
     if not backend.runtime.can_run:
         msg = f"bundles of backend '{name}' cannot run here: neuronc has no runtime for them"
         raise BackendUnavailableError(

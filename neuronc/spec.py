@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field
 
 # Closed sets as Literal types: checked by mypy wherever they are compared, and plain strings at run
 # time (a value lands in JSON, YAML and generated Python as the word it is).
@@ -96,25 +96,6 @@ class BuildSpec(StrictModel):
     shown_as: str | None = None
     build_index: int = 0
     matrix_values: dict[str, Any] = Field(default_factory=dict)
-    # The Backend object ``backend`` names, bound once where the build is resolved: by the profile
-    # loader, or by ``neuronc.backends.resolve_backend`` where a spec crosses a process boundary.
-    # Everything below reads it (``neuronc.backends.backend_of``) and never looks the name up again.
-    # Typed ``object`` because this leaf module imports nothing from neuronc; not part of the spec's
-    # value (never dumped, hashed or keyed).
-    _backend: object = PrivateAttr(default=None)
-
-    def bound_to(self, backend: object) -> BuildSpec:
-        """This spec with its Backend object bound (see ``neuronc.backends.bind_backend``)."""
-        spec = self.model_copy()
-        spec._backend = backend
-        return spec
-
-    @property
-    def backend_object(self) -> object:
-        """The Backend object bound to this spec; a bug (exit 1) if nothing bound one."""
-        if self._backend is None:
-            raise RuntimeError(f"build spec for backend '{self.backend}' was never bound to its Backend object")
-        return self._backend
 
     @property
     def dtype(self) -> str:

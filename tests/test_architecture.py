@@ -25,6 +25,7 @@ CORE = (
     "checkpoint",
     "keys.py",
     "spec.py",
+    "build.py",
 )
 
 
@@ -70,7 +71,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"keys"}),
     frozenset({"checkpoint"}),
     frozenset({"bundle"}),
-    frozenset({"backends"}),
+    frozenset({"backends", "build"}),  # build: a spec and its Backend, typed together
     frozenset({"profile", "preflight", "store"}),
     frozenset({"hubcache", "runtime", "accuracy"}),
     frozenset({"pipeline", "deploy", "data", "demo", "buckets", "serve"}),  # serve: `neuronc serve` over runtime
@@ -228,11 +229,11 @@ def test_the_core_names_no_backend() -> None:
     assert found == []
 
 
-# Where a backend is looked up by name. A build's backend is resolved once, where its profile is
-# loaded, and travels bound to the spec (``neuronc.backends.backend_of``); below that only an entry
-# point that receives a bare name across a process boundary (a compile worker, a farm task, a bundle
-# read from disk) maps it, through ``resolve_backend`` / ``bind_backend``, once. The CLI's `backends`
-# command lists the registry itself.
+# Where a backend is looked up by name. A build's backend is looked up once, where its profile is
+# loaded (the loader makes each typed ``neuronc.build.Build``), and travels in the Build and the
+# resolved build made from it; below that only an entry point that receives a bare name across a
+# process boundary maps it, once: ``Build.received`` (a Ray task's spec), the Neuron compile worker,
+# and ``backend_for_manifest`` (a bundle read from disk). The CLI's `backends` command lists the registry.
 BACKEND_LOOKUPS = {
     "get_backend": {
         "backends/__init__.py": {"resolve_backend", "backends_compiling_for", "backend_recognizing"},
@@ -240,18 +241,25 @@ BACKEND_LOOKUPS = {
         "cli/backends.py": {"backends_command"},
     },
     "resolve_backend": {
-        "backends/__init__.py": {"bind_backend"},
+        "backends/__init__.py": {"backend_for_manifest"},
         "backends/neuron/worker.py": {"main"},
-        "runtime.py": {"runnable_backend"},
-        "deploy/__init__.py": {"check_compatible"},
-        "cli/inspect.py": {"_backend_snippet", "environment_comparison"},
-        "verdict/__init__.py": {"host_verdict", "bundle_verdict", "has_verdict"},
-        "store/remote_model_card.py": {"_backend_facts"},
-        "backends/serving.py": {"recorded_engine"},
-        "serve/server.py": {"check_bundle"},
+        "build.py": {"received"},
     },
-    "bind_backend": {"pipeline/farm/task.py": {"run_build"}},
+    # A bundle is not a build: the modules that read one from disk resolve its manifest's backend.
+    "backend_for_manifest": {
+        "runtime.py": {"runnable_backend"},  # `run`, `serve`, `verify` load a bundle with its backend's runtime
+        "deploy/__init__.py": {"check_compatible"},  # a deploy target's serving stacks for a bundle's manifest
+        "verdict/__init__.py": {"host_verdict", "bundle_verdict", "has_verdict"},  # a bundle's serving verdict
+        "store/remote_model_card.py": {"_backend_facts"},  # a published bundle's model card names its backend
+        "backends/serving.py": {"recorded_engine"},  # the serve lines of a bundle's recorded engine
+        "cli/inspect.py": {"_backend_snippet", "environment_comparison"},  # a bundle's load snippet, its toolchain
+        "serve/server.py": {"check_bundle"},  # whether `neuronc serve` serves a bundle is its backend's to say
+    },
 }
+# Below the CLI, the one place a Build is made from a profile and the one place it is remade from a spec
+# that crossed a process boundary; every other module outside neuronc/backends takes a Build (or the
+# resolved build) and reads its ``backend``.
+BUILD_MAKERS = {"profile/_load.py": {"_build_one"}, "build.py": {"received"}}
 
 
 def backend_lookups() -> dict[str, dict[str, set[str]]]:
@@ -285,6 +293,63 @@ def test_backends_are_looked_up_by_name_only_at_the_entry_points() -> None:
     assert extra == set()
     # The build's one resolution is where the profile is loaded.
     assert found["get_backend"]["profile/_load.py"] == {"_build_one"}
+
+
+def test_nothing_below_the_cli_reaches_a_backend_except_through_the_typed_build() -> None:
+    """Issue 39 item 4: outside neuronc/backends and the CLI, a build's backend comes from its typed
+    ``Build`` (spec and backend, made once) or the resolved build; nothing looks it up by a spec's name,
+    and the untyped ways it was carried before (a private attribute on the spec, recovered with a cast)
+    are gone. A bundle read from disk resolves its manifest's backend through ``backend_for_manifest``
+    only, in the modules listed (each with why) in ``BACKEND_LOOKUPS``."""
+    found = backend_lookups()
+    below_cli = {
+        f"{name}: {rel}: {sorted(funcs)}"
+        for name in ("get_backend", "resolve_backend")
+        for rel, funcs in found.get(name, {}).items()
+        if not rel.startswith(("backends/", "cli/")) and funcs - BUILD_MAKERS.get(rel, set())
+    }
+    assert below_cli == set()
+    assert set(found["backend_for_manifest"]) == set(BACKEND_LOOKUPS["backend_for_manifest"])
+    # The typed build: a frozen pair, in its own module, over a spec that stays a plain value.
+    build_module = ast.parse((PACKAGE / "build.py").read_text(encoding="utf-8"))
+    build_class = next(n for n in build_module.body if isinstance(n, ast.ClassDef) and n.name == "Build")
+    assert class_members(PACKAGE / "build.py", "Build")[:2] == ["spec", "backend"]
+    assert any("frozen" in ast.unparse(d) for d in build_class.decorator_list)
+    from neuronc.spec import BuildSpec
+
+    assert BuildSpec.__private_attributes__ == {}
+    gone = {"backend_of", "bind_backend", "bound_to", "backend_object", "BuildContext"}
+    left = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}: {name}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for name in [getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "name", None)]
+        if name in gone
+    ]
+    assert left == []
+    # The resolved build holds its Build: the backend is read from there, never stored beside it.
+    resolved = class_members(PACKAGE / "pipeline" / "context.py", "ResolvedBuild")
+    assert resolved[0] == "build" and "backend" in resolved  # ``backend``: a property over ``build``
+    context = ast.parse((PACKAGE / "pipeline" / "context.py").read_text(encoding="utf-8"))
+    assert not any(isinstance(n, ast.Name) and n.id == "cast" for n in ast.walk(context))
+
+
+def test_a_key_input_is_passed_in_one_module() -> None:
+    """Adding a key field touches one module (issue 39 item 4): a field of the spec is read in
+    ``keys.hashed_inputs`` alone; an input the backend or the environment gives is passed to
+    ``keys.config_key`` by the resolved build alone (``pipeline/context.py``: ``resolve_build`` and
+    ``ResolvedBuild.key_at``), so every command keys a build the same way."""
+    callers: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and callee(node) in {"config_key", "hashed_inputs", "derive_keys"}:
+                callers.setdefault(callee(node), set()).add(rel)
+    assert callers == {
+        "config_key": {"pipeline/context.py"},
+        "hashed_inputs": {"keys.py"},
+        "derive_keys": {"keys.py"},
+    }
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -450,7 +515,6 @@ CAUGHT_WITHOUT_ENDING = {
     "cli/inspect.py": {"_verify_remote", "_run_checks", "environment_comparison"},
     "cli/deploy.py": {"_verdict"},
     "cli/profiles.py": {"validate_command"},
-    "cli/_signing.py": {"_own_signature"},
 }
 FAILURES = {"KeyboardInterrupt", "Exception", "BaseException", "BrokenPipeError", "UsageError", "ClickException"}
 BOUNDARY = [*(PACKAGE / "cli").rglob("*.py"), PACKAGE / "__main__.py"]

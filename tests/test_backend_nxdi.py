@@ -48,7 +48,7 @@ def spec_for(workspace: Path, weights: str = "presharded", extra: str = ""):  # 
 
 
 def test_shipped_profile_maps_to_these_neuron_config_kwargs() -> None:
-    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-instruct-nxdi-inf2.yaml").builds
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-instruct-nxdi-inf2.yaml").specs
     assert neuron_config_kwargs(spec) == {
         "tp_degree": 8,
         "batch_size": 4,

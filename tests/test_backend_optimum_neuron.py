@@ -35,7 +35,7 @@ weights: {weights}
 
 
 def test_tgi_profile_maps_to_these_arguments_and_neuron_config() -> None:
-    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").builds
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").specs
     assert get_neuron_config_arguments(spec) == {
         "instance_type": "inf2",
         "batch_size": 8,
@@ -58,7 +58,7 @@ def test_tgi_profile_maps_to_these_arguments_and_neuron_config() -> None:
 
 
 def test_the_cli_command_says_what_it_cannot_reproduce() -> None:
-    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").builds
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").specs
     command, cannot = export_command(spec, "out", "bfloat16")
     assert command == (
         "optimum-cli export neuron -m meta-llama/Meta-Llama-3.1-8B --task text-generation --instance_type inf2 "

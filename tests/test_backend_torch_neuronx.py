@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_minilm_profile_traces_each_bucket_with_these_compiler_args() -> None:
-    builds = load_profile(REPO / "profiles/minilm-encoder-torch-neuronx.yaml").builds
+    builds = load_profile(REPO / "profiles/minilm-encoder-torch-neuronx.yaml").specs
     assert [b.batch_size for b in builds] == [1, 8]
     spec = builds[1]
     assert compiler_args(spec, {}) == ["--auto-cast=matmult", "--auto-cast-type=bf16", "--target=trn1"]

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_torchserve_llama2_13b_profile_maps_to_these_kwargs() -> None:
-    (spec,) = load_profile(REPO / "profiles/llama2-13b-tnx-inf2-tp12.yaml").builds
+    (spec,) = load_profile(REPO / "profiles/llama2-13b-tnx-inf2-tp12.yaml").specs
     assert from_pretrained_kwargs(spec) == {
         "batch_size": 4,
         "tp_degree": 12,
@@ -43,7 +43,7 @@ def test_torchserve_llama2_13b_profile_maps_to_these_kwargs() -> None:
 
 
 def test_opt_6_7b_profile_maps_to_these_kwargs() -> None:
-    (spec,) = load_profile(REPO / "profiles/opt-6.7b-tnx-inf2-tp2.yaml").builds
+    (spec,) = load_profile(REPO / "profiles/opt-6.7b-tnx-inf2-tp2.yaml").specs
     assert from_pretrained_kwargs(spec) == {
         "batch_size": 1,
         "tp_degree": 2,

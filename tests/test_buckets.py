@@ -121,7 +121,7 @@ def mixed_traffic(seed: int = 3) -> list[Request]:
 
 
 def test_the_suggestion_never_pads_more_than_the_demo_profile() -> None:
-    [spec] = load_profile(DEMO).builds
+    [spec] = load_profile(DEMO).specs
     backend = get_backend(spec.backend)
     analysis = analyse(spec, backend, Traffic(mixed_traffic(), "mixed", "jsonl"), max_graphs=2)
     current, suggested = analysis.current, analysis.suggested
@@ -135,7 +135,7 @@ def test_the_suggestion_never_pads_more_than_the_demo_profile() -> None:
 
 
 def test_requests_beyond_the_largest_bucket_are_counted() -> None:
-    [spec] = load_profile(DEMO).builds
+    [spec] = load_profile(DEMO).specs
     requests = [Request(10, 5)] * 6 + [Request(80, 5)] * 3 + [Request(200, 1)] + [Request(100, 40)]
     analysis = analyse(spec, get_backend(spec.backend), Traffic(requests, "t", "jsonl"), max_graphs=3)
     # Current: 64 is the largest context bucket: 80, 100 and 200 are refused.
@@ -225,7 +225,7 @@ def test_text_prompts_are_counted_as_the_runtime_counts_them(tmp_path: Path) -> 
     prompts = ["The Queen of Hearts", "Alice was beginning to get very tired of sitting by her sister", "Oh dear!"]
     traffic = tmp_path / "prompts.jsonl"
     traffic.write_text("".join(json.dumps({"prompt": p, "output_tokens": 5}) + "\n" for p in prompts))
-    [spec] = load_profile(DEMO).builds
+    [spec] = load_profile(DEMO).specs
     from neuronc.buckets import tokenizer_for
 
     loaded = load_traffic(traffic, tokenizer_for(spec))
@@ -263,7 +263,7 @@ def test_write_keeps_comments_and_layout(tmp_path: Path) -> None:
     assert f"  token_buckets: [{token}]" in after and "# one token-generation graph over the whole KV cache" in after
     changed = [(a, b) for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
     assert len(changed) == 2  # the two bucket lines, nothing else
-    [build] = load_profile(profile).builds
+    [build] = load_profile(profile).specs
     assert list(build.sequence.context_buckets) == suggested["context_buckets"]
 
 
@@ -282,7 +282,7 @@ def test_set_buckets_block_lists_flow_mappings_and_missing_keys() -> None:
     with pytest.raises(InvalidInputError, match=r"<profile>:3: matrix.sequence.context_buckets"):
         set_buckets(matrix, {"context_buckets": [8]})
     text = DEMO.read_text().replace("[32, 64]", "[16, 48]")
-    assert parse_profile(text, base_dir=DEMO.parent).builds[0].sequence.context_buckets == (16, 48)
+    assert parse_profile(text, base_dir=DEMO.parent).specs[0].sequence.context_buckets == (16, 48)
 
 
 # -- plan, imports -----------------------------------------------------------------------------------
@@ -375,7 +375,7 @@ def test_optimum_neuron_has_nothing_to_choose() -> None:
     [spec] = parse_profile(
         "model: {id: org/m}\nbackend: optimum-neuron\ntarget: inf2\nsequence: {max_length: 256}\n",
         check_model_config=False,
-    ).builds
+    ).specs
     analysis = analyse(spec, get_backend(spec.backend), Traffic([Request(10, 5), Request(90, 30)], "t", "jsonl"))
     assert analysis.suggested.context_buckets == (256,) and analysis.suggested.token_buckets == (256,)
     assert any("nothing to choose" in note for note in analysis.notes)

@@ -90,7 +90,7 @@ def test_build_publishes_a_complete_verified_bundle(ws: Path) -> None:
     assert source["model.safetensors"] == sha256(ws / "model" / "model.safetensors")
     # Graphs as the backend reported them; per-stage wall time and peak RSS.
     assert [g.name for g in manifest.graphs] == ["cte-b1-s16", "cte-b1-s32", "tkg-b1-s64"]
-    assert [g["name"] for g in report.graphs] == [g.name for g in manifest.graphs]
+    assert [g.name for g in report.graphs] == [g.name for g in manifest.graphs]
     stages = {s.name: s for s in manifest.stages}
     assert {"plan", "lookup", "resolve", "split", "model_files", "compile"} <= set(stages)
     assert all(s.peak_rss_bytes and s.peak_rss_bytes > 10 * 2**20 for s in stages.values())
@@ -107,7 +107,7 @@ def test_second_compile_is_a_store_hit_and_compiles_nothing(ws: Path) -> None:
     assert (first.status, second.status) == ("built", "hit")
     assert second.bundle == first.bundle and second.config_hash == first.config_hash
     assert [s.name for s in second.stages] == ["plan", "lookup"]
-    assert [g["name"] for g in second.graphs] == [g["name"] for g in first.graphs]
+    assert [g.name for g in second.graphs] == [g.name for g in first.graphs]
     assert compiles(ws) == 1
     # A profile that differs only in what is not hashed (its name, its file) is the same build.
     renamed = write_profile(ws / "renamed.yaml")

@@ -200,14 +200,14 @@ def test_plan_matrix_and_compile_size_a_build_at_its_resolved_commit(
     from neuronc.profile import load_builds
 
     _move_main(tmp_path, layers=3)  # COMMIT's config has 1 layer, MOVED's (main now) 3
-    spec = load_builds([hub_profile])[0]
-    at_main = resolve_build(spec, strict=False)
-    at_commit = resolve_build(spec, strict=False, commit=COMMIT)
+    build = load_builds([hub_profile])[0]
+    at_main = resolve_build(build, strict=False)
+    at_commit = resolve_build(build, strict=False, commit=COMMIT)
     assert (at_main.revision, at_commit.revision) == (MOVED, COMMIT)
     assert at_main.model_config is not None and at_main.model_config["num_hidden_layers"] == 3
     assert at_commit.model_config is not None and at_commit.model_config["num_hidden_layers"] == 1
     # plan and matrix size the build from the config at the commit its key names (compile's
-    # pre-flight reads the same BuildContext.model_config).
+    # pre-flight reads the same ResolvedBuild.model_config).
     [plan, _] = plan_builds(load_builds([hub_profile]), store=str(tmp_path / "store"))
     assert plan.context is not None and plan.context.revision == MOVED
     assert plan.estimate.model is not None and plan.estimate.model.layers == 3
@@ -227,26 +227,26 @@ def test_a_build_selected_elsewhere_is_built_at_its_commit_or_fails_with_exit_5(
     from neuronc.profile import load_builds
     from neuronc.store import LocalStore
 
-    spec = load_builds([hub_profile])[0]
-    identity = BuildIdentity.from_json(BuildIdentity.of(resolve_build(spec)).to_json())  # as a task gets it
+    build = load_builds([hub_profile])[0]
+    identity = BuildIdentity.from_json(BuildIdentity.of(resolve_build(build)).to_json())  # as a task gets it
     _move_main(tmp_path)  # the builder's refs/main says MOVED now
     store = tmp_path / "store"
 
     monkeypatch.setenv(VERSION_ENV, "9.9.9")  # another SDK version installed where it builds
-    report = build_one(spec, store=store, identity=identity)
+    report = build_one(build, store=store, identity=identity)
     assert (report.status, report.exit_code) == ("failed", 5)
     assert report.error is not None and report.error.message.endswith("was selected for: fake-cc")
     assert report.error.details == ["fake-cc: expected 1.2.3, here 9.9.9"]
     monkeypatch.delenv(VERSION_ENV)
 
     monkeypatch.setenv("NEURON_CC_FLAGS", "-O3")  # flags the compiler reads here, not where it was selected
-    report = build_one(spec, store=store, identity=identity)
+    report = build_one(build, store=store, identity=identity)
     assert (report.status, report.exit_code) == ("failed", 5)
     assert report.error is not None and report.error.message.endswith(": compiler_flags differ")
     assert report.error.details == ['compiler_flags: selected [], here ["-O3"]']
     monkeypatch.delenv("NEURON_CC_FLAGS")
     assert LocalStore(store).list() == []
 
-    report = build_one(spec, store=store, identity=identity)  # at the selected commit, not main's
+    report = build_one(build, store=store, identity=identity)  # at the selected commit, not main's
     assert (report.status, report.config_hash) == ("built", identity.config_hash)
     assert [e.manifest.hashed_inputs["weights"]["revision"] for e in LocalStore(store).list()] == [COMMIT]

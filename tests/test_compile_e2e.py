@@ -87,7 +87,7 @@ def test_changing_one_bucket_recompiles_only_that_graph(demo: Demo, graph_cache:
     changed.write_text(demo.profile.read_text().replace("context_buckets: [32, 64]", "context_buckets: [32, 48]"))
     [report] = compile_profiles([changed], store=demo.store, jobs=2)
     assert report.status == "built", report.error
-    assert [(g["name"], g["cache_hit"]) for g in report.graphs] == [
+    assert [(g.name, g.cache_hit) for g in report.graphs] == [
         ("cte-b1-s32", True),
         ("cte-b1-s48", False),
         ("tkg-b1-s128", True),

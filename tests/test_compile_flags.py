@@ -69,8 +69,8 @@ def test_the_demo_settings_as_flags_are_a_store_hit_of_the_demo_bundle(
     assert text.startswith("# Written by neuronc") and "# yaml-language-server: $schema=" in text
     schema = text.split("$schema=", 1)[1].split("\n", 1)[0]
     assert (saved.parent / schema).resolve() == (Path(__file__).parents[1] / "docs" / "profile.schema.json")
-    [spec] = load_profile(saved).builds
-    [original] = load_profile(demo.profile).builds
+    [spec] = load_profile(saved).specs
+    [original] = load_profile(demo.profile).specs
     ours, theirs = spec.normalized(), original.normalized()
     assert Path(saved.parent, ours["model"].pop("id")).resolve() == demo.model_dir.resolve()
     theirs["model"].pop("id")
@@ -154,7 +154,7 @@ def test_a_hub_model_keeps_its_id_and_revision(tmp_path: Path) -> None:
     text = profile_text(flags, tmp_path)
     path = tmp_path / "p.yaml"
     path.write_text(text)
-    [spec] = load_profile(path, check_model_config=False).builds
+    [spec] = load_profile(path, check_model_config=False).specs
     assert (spec.model.id, spec.model.revision) == ("meta-llama/Llama-3.1-8B", flags.revision)
     assert (spec.backend, spec.target, spec.tp_degree, spec.batch_size, spec.amp) == (
         "optimum-neuron",

@@ -41,7 +41,7 @@ def _spec(**replace: str) -> Any:
     for old, new in replace.items():
         assert old in text
         text = text.replace(old, new)
-    return parse_profile(text, str(PROFILE), base_dir=PROFILE.parent).builds[0]
+    return parse_profile(text, str(PROFILE), base_dir=PROFILE.parent).specs[0]
 
 
 def _bundle_skeleton(directory: Path, weights: dict[str, Any] | None = None) -> Path:

@@ -57,7 +57,7 @@ def _key(spec: BuildSpec, environ: dict[str, str] | None = None) -> ConfigKey:
 
 
 def _hash(text: str, filename: str = "a.yaml", environ: dict[str, str] | None = None) -> str:
-    return _key(parse_profile(text, filename).builds[0], environ).hash
+    return _key(parse_profile(text, filename).specs[0], environ).hash
 
 
 def test_hash_is_full_sha256() -> None:
@@ -113,7 +113,7 @@ def test_neuron_cc_flags_are_folded_in_but_cache_flags_are_not() -> None:
     plain = _hash(BASE)
     assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--enable-saturate-infinity"}) != plain
     assert _hash(BASE, environ={"NEURON_CC_FLAGS": "--cache_dir=/tmp/x --retry_failed_compilation"}) == plain
-    spec = parse_profile(BASE, "a.yaml").builds[0]
+    spec = parse_profile(BASE, "a.yaml").specs[0]
     mode = get_backend(spec.backend).toolchain.compiler_flags_mode
     assert effective_compiler_flags(spec, mode, {"NEURON_CC_FLAGS": "-O2 --cache_dir=/x"}) == ["-O1", "-O2"]
 
@@ -125,13 +125,13 @@ def test_neuron_cc_flags_do_not_touch_the_cpu_backend() -> None:
 
 def test_each_matrix_build_has_its_own_hash() -> None:
     text = BASE + "matrix:\n  batch_size: [1, 2, 4]\n"
-    hashes = [_key(s).hash for s in parse_profile(text, "m.yaml").builds]
+    hashes = [_key(s).hash for s in parse_profile(text, "m.yaml").specs]
     assert len(set(hashes)) == 3
     assert hashes[2] == _hash(BASE)  # batch 4 in the matrix equals batch 4 written out
 
 
 def test_hashed_fields_are_recorded() -> None:
-    key = _key(parse_profile(BASE, "a.yaml").builds[0])
+    key = _key(parse_profile(BASE, "a.yaml").specs[0])
     # "environment" is hashed only where the backend names variables that shape its output (none here).
     assert key.fields == tuple(f for f in HASHED_FIELDS if f != "environment")
     assert set(key.inputs) == set(key.fields)
@@ -159,8 +159,8 @@ def _resolved(text: str, environ: dict[str, str]) -> ConfigKey:
     """The key as every command works it out (``resolve_build``), under ``environ`` instead of os.environ."""
     from neuronc.pipeline.context import resolve_build
 
-    spec = parse_profile(text, "v.yaml").builds[0]
-    return resolve_build(spec, strict=False, environ=environ, commit="c" * 40).config
+    build = parse_profile(text, "v.yaml").builds[0]
+    return resolve_build(build, strict=False, environ=environ, commit="c" * 40).config
 
 
 def test_the_variables_a_compile_records_because_they_shape_the_graphs_are_hashed() -> None:
@@ -191,8 +191,8 @@ def test_the_variables_a_compile_records_because_they_shape_the_graphs_are_hashe
 
 
 def test_diff_names_the_fields() -> None:
-    a = _key(parse_profile(BASE, "a.yaml").builds[0]).inputs
-    b = _key(parse_profile(BASE.replace("tp_degree: 8", "tp_degree: 2"), "b.yaml").builds[0]).inputs
+    a = _key(parse_profile(BASE, "a.yaml").specs[0]).inputs
+    b = _key(parse_profile(BASE.replace("tp_degree: 8", "tp_degree: 2"), "b.yaml").specs[0]).inputs
     assert diff_inputs(a, b) == [{"field": "tp_degree", "a": 8, "b": 2}]
     assert diff_inputs(a, a) == []
 
@@ -207,10 +207,10 @@ def test_local_model_identity_follows_config_and_headers(tmp_path: Path) -> None
     profile.write_text("model: {id: m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n")
     from neuronc.profile import load_profile
 
-    first = _key(load_profile(profile).builds[0]).hash
-    assert _key(load_profile(profile).builds[0]).hash == first
+    first = _key(load_profile(profile).specs[0]).hash
+    assert _key(load_profile(profile).specs[0]).hash == first
     (model / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 8}))
-    assert _key(load_profile(profile).builds[0]).hash != first
+    assert _key(load_profile(profile).specs[0]).hash != first
 
 
 def test_toolchain_key_and_label() -> None:

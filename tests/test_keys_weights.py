@@ -33,7 +33,7 @@ def _perturb(model: Path) -> None:
 
 
 def _key(profile: Path, *, embeds: bool | None = False) -> ConfigKey:
-    spec = load_profile(profile).builds[0]
+    spec = load_profile(profile).specs[0]
     return config_key(
         spec,
         flags_mode=get_backend(spec.backend).toolchain.compiler_flags_mode,

@@ -29,7 +29,7 @@ def test_matrix_json_has_one_entry_per_bundle(repo_root: Path, runner: CliRunner
     assert result.exit_code == 0, result.output
     matrix = json.loads(result.stdout)
     entries = matrix["include"]
-    expected = [spec for path in sorted(profiles.glob("*.yaml")) for spec in load_profile(path).builds]
+    expected = [spec for path in sorted(profiles.glob("*.yaml")) for spec in load_profile(path).specs]
     assert len(entries) == len(expected)
     unresolved = 0
     for entry, spec in zip(entries, expected, strict=True):

@@ -15,6 +15,7 @@ from plugins.fake_backend import VERSION_ENV, build_bundle, register
 from neuronc import preflight as pf
 from neuronc._output import out
 from neuronc.backends import get_backend
+from neuronc.build import Build
 from neuronc.cli import app
 from neuronc.errors import PreflightError
 from neuronc.pipeline.plan import hf_cache_status
@@ -231,7 +232,7 @@ def _spec(tmp_path: Path, config: dict[str, Any] | None, **fields: Any) -> Any:
     body.update(fields)
     profile = tmp_path / "p.yaml"
     profile.write_text(json.dumps(body))
-    return load_profile(profile).builds[0]
+    return load_profile(profile).specs[0]
 
 
 def test_device_memory_is_weights_over_tp_plus_kv_cache(tmp_path: Path) -> None:
@@ -377,7 +378,7 @@ def test_plan_reports_store_hits_and_other_toolchains(
         "backend: fake\ntarget: inf2\ntp_degree: 2\nbatch_size: 1\namp: bf16\n"
         "sequence: {max_length: 256, max_context_length: 128, context_buckets: [64, 128], token_buckets: [128, 256]}\n"
     )
-    spec = load_profile(profile).builds[0]
+    spec = load_profile(profile).specs[0]
     store = LocalStore(tmp_path / "store")
     bundle = build_bundle(store=store, spec=spec)
     result = _invoke(runner, ["plan", str(profile), "--store", str(store.root), "--json"])
@@ -399,12 +400,12 @@ def test_plan_reports_store_hits_and_other_toolchains(
 
 
 def test_hf_cache_status_is_unknown_rather_than_a_crash(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, LLAMA_3_1_8B)
-    assert hf_cache_status(spec).status == "unknown"
-    missing = hf_cache_status(spec, snapshot=tmp_path / "no-such-snapshot")
+    build = Build.received(_spec(tmp_path, LLAMA_3_1_8B))
+    assert hf_cache_status(build).status == "unknown"
+    missing = hf_cache_status(build, snapshot=tmp_path / "no-such-snapshot")
     assert missing.status == "unknown"
     assert missing.reason is not None and "no such snapshot directory" in missing.reason
-    offline = hf_cache_status(spec, online=True)  # HF_HUB_OFFLINE=1 in tests: the Hub cannot be asked
+    offline = hf_cache_status(build, online=True)  # HF_HUB_OFFLINE=1 in tests: the Hub cannot be asked
     assert offline.status == "unknown", offline
 
 

@@ -20,8 +20,8 @@ SHIPPED = sorted((Path(__file__).parent.parent / "profiles").glob("*.yaml"))
 @pytest.mark.parametrize("path", GOOD + SHIPPED, ids=lambda p: p.name)
 def test_good_profiles_validate(path: Path) -> None:
     loaded = load_profile(path)
-    assert loaded.builds
-    for spec in loaded.builds:
+    assert loaded.specs
+    for spec in loaded.specs:
         seq = spec.sequence
         assert list(seq.context_buckets) == sorted(set(seq.context_buckets))
         assert seq.context_buckets[-1] <= seq.max_context_length <= seq.max_length
@@ -53,12 +53,12 @@ def test_every_bad_fixture_has_expected_messages() -> None:
 
 def test_matrix_expands_one_build_per_combination() -> None:
     loaded = load_profile(FIXTURES / "good" / "matrix-auto-buckets.yaml")
-    assert [b.batch_size for b in loaded.builds] == [1, 4, 8]
-    assert [b.build_index for b in loaded.builds] == [0, 1, 2]
-    assert loaded.builds[1].matrix_values == {"batch_size": 4}
+    assert [b.batch_size for b in loaded.specs] == [1, 4, 8]
+    assert [b.build_index for b in loaded.specs] == [0, 1, 2]
+    assert loaded.specs[1].matrix_values == {"batch_size": 4}
     # NxD Inference's generate_buckets(128, 1024) and (128, 2048)
-    assert loaded.builds[0].sequence.context_buckets == (128, 256, 512, 1024)
-    assert loaded.builds[0].sequence.token_buckets == (128, 256, 512, 1024, 2048)
+    assert loaded.specs[0].sequence.context_buckets == (128, 256, 512, 1024)
+    assert loaded.specs[0].sequence.token_buckets == (128, 256, 512, 1024, 2048)
 
 
 def test_two_dimensional_matrix_is_a_cartesian_product() -> None:
@@ -71,7 +71,7 @@ matrix:
   tp_degree: [2, 8]
   amp: [bf16, fp16]
 """
-    builds = parse_profile(text, "m.yaml").builds
+    builds = parse_profile(text, "m.yaml").specs
     assert [(b.tp_degree, b.amp) for b in builds] == [(2, "bf16"), (2, "fp16"), (8, "bf16"), (8, "fp16")]
 
 
@@ -90,14 +90,14 @@ def test_auto_buckets_follow_nxd_inference(minimum: int, maximum: int, expected:
 
 
 def test_defaults_are_resolved() -> None:
-    spec = parse_profile("model: {id: o/m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n").builds[0]
+    spec = parse_profile("model: {id: o/m}\nbackend: inductor\ntarget: cpu\nsequence: {max_length: 64}\n").specs[0]
     assert spec.amp == "fp32"
     assert spec.dtype == "float32"
     assert spec.sequence.max_context_length == 64
     assert spec.sequence.context_buckets == (64,)
     assert spec.weights == "presharded"
     neuron = parse_profile("model: {id: o/m, revision: r}\nbackend: nxdi\ntarget: inf2\nsequence: {max_length: 64}\n")
-    assert neuron.builds[0].amp == "bf16"
+    assert neuron.specs[0].amp == "bf16"
 
 
 def _local_model(tmp_path: Path, heads: int = 32, positions: int = 4096) -> Path:
@@ -157,23 +157,24 @@ def test_non_utf8_file(tmp_path: Path) -> None:
 
 
 def test_a_loaded_build_carries_its_backend_object_down() -> None:
-    """The profile loader resolves each build's backend once; the spec carries the object (DESIGN.md:
-    nothing below looks the backend up by name), and it is never part of the spec's value."""
-    from neuronc.backends import backend_of, bind_backend, get_backend
+    """The profile loader looks each build's backend up once and pairs it with the spec in a typed
+    ``Build`` (DESIGN.md: nothing below looks the backend up by name); the spec itself holds only
+    the name, so its value (JSON, hash) never holds the object."""
+    from neuronc.backends import get_backend
+    from neuronc.build import Build
     from neuronc.spec import BuildSpec
 
     loaded = load_profile(FIXTURES / "good" / "matrix-auto-buckets.yaml")
-    for spec in loaded.builds:
-        backend = backend_of(spec)
-        assert backend is get_backend(spec.backend) and backend.name == spec.backend
-        # A copy (what --revision and tp trials make) keeps it; the spec's JSON never holds it.
-        assert backend_of(spec.model_copy(update={"tp_degree": 1})) is backend
-        assert "backend_object" not in spec.model_dump() and "_backend" not in spec.model_dump()
-    # A spec read back across a process boundary has only the name until its entry point binds it.
-    crossed = BuildSpec.model_validate(loaded.builds[0].model_dump(mode="json"))
-    with pytest.raises(RuntimeError, match="never bound to its Backend object"):
-        backend_of(crossed)
-    assert backend_of(bind_backend(crossed)) is backend_of(loaded.builds[0])
+    assert loaded.specs == [build.spec for build in loaded.builds]
+    for build in loaded.builds:
+        assert isinstance(build, Build) and isinstance(build.spec, BuildSpec)
+        assert build.backend is get_backend(build.spec.backend) and build.backend.name == build.spec.backend
+        # A build with a changed spec (what --revision and tp trials make) keeps its backend.
+        assert build.with_spec(build.spec.model_copy(update={"tp_degree": 1})).backend is build.backend
+        assert not any(name.startswith("_") for name in build.spec.model_dump())
+    # A spec read back across a process boundary has only the name: ``Build.received`` pairs it again.
+    crossed = BuildSpec.model_validate(loaded.specs[0].model_dump(mode="json"))
+    assert Build.received(crossed) == Build(crossed, loaded.builds[0].backend)
 
 
 # -- issue 41 item 4: a local model path is resolved once, at load ------------------------------------
@@ -198,15 +199,15 @@ def test_a_relative_local_model_is_absolute_after_load_whatever_the_working_dire
     _local_model(project, heads=4, positions=512).rename(project / "llama")
     (project / "p.yaml").write_text(RELATIVE_PROFILE)
     monkeypatch.chdir(tmp_path)
-    [spec] = load_profile("project/p.yaml").builds
+    [spec] = load_profile("project/p.yaml").specs
     model = str((project / "llama").resolve())
     assert spec.model.id == model
     assert spec.profile_path == "project/p.yaml"  # how reports name the build: as given
     monkeypatch.chdir(project)
-    [same] = load_profile("p.yaml").builds
+    [same] = load_profile("p.yaml").specs
     assert same.model.id == model and same.normalized() == spec.normalized()
     hub = "meta-llama/Meta-Llama-3.1-8B"
-    [remote] = parse_profile(RELATIVE_PROFILE.replace("./llama", hub), "p.yaml", check_model_config=False).builds
+    [remote] = parse_profile(RELATIVE_PROFILE.replace("./llama", hub), "p.yaml", check_model_config=False).specs
     assert remote.model.id == hub  # a Hub id stays as written
 
 
@@ -226,7 +227,7 @@ def test_an_isolated_neuron_compile_in_another_directory_sees_the_local_model(
     shutil.copytree(tiny_llama, project / "llama")
     (project / "p.yaml").write_text(RELATIVE_PROFILE)
     monkeypatch.chdir(tmp_path)
-    [spec] = load_profile("project/p.yaml").builds
+    [spec] = load_profile("project/p.yaml").specs
     job = make_job(spec, project / "llama", tmp_path)
     get_backend("optimum-neuron").compile(job)
     neuron_config = json.loads((job.artifacts_dir / "neuron_config.json").read_text())

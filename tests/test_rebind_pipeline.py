@@ -54,7 +54,7 @@ def test_a_fine_tune_is_rebound_without_a_compile(tmp_path: Path) -> None:
     verify_bundle(bundle)
     manifest = read_manifest(bundle)
     assert manifest.extra["rebound"]["config_hash"] == base.config_hash
-    assert [g.artifact for g in manifest.graphs] == [g["artifact"] for g in base.graphs]
+    assert [g.artifact for g in manifest.graphs] == [g.artifact for g in base.graphs]
     base_manifest = read_manifest(Path(base.bundle or ""))
     artifacts = {f.path: f.sha256 for f in manifest.files if f.path.startswith("artifacts/")}
     assert artifacts == {f.path: f.sha256 for f in base_manifest.files if f.path.startswith("artifacts/")}

@@ -355,7 +355,7 @@ def test_plan_reports_a_remote_store_hit(s3_env: str, tmp_path: Path, runner: Cl
     )
     from neuronc.profile import load_profile
 
-    spec = load_profile(profile).builds[0]
+    spec = load_profile(profile).specs[0]
     bundle = build_bundle(tmp_path / "b", spec=spec)
     store_url = f"s3://{s3_env}/plan"
     RemoteStore(store_url, cache_dir=tmp_path / "c").publish(bundle)

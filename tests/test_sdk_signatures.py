@@ -520,7 +520,7 @@ def test_calls_built_from_the_shipped_profiles_bind_at_the_target_release() -> N
     from neuronc.backends.neuron import nxdi, torch_neuronx, transformers_neuronx
     from neuronc.profile import load_profile
 
-    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-instruct-nxdi-inf2.yaml").builds
+    (spec,) = load_profile(REPO / "profiles/llama3.1-8b-instruct-nxdi-inf2.yaml").specs
     rec = sigs.load_record("neuronx-distributed-inference")
     module, cls = nxdi.MODEL_CLASSES["llama"]
     model = f"{module}.{cls}"
@@ -534,7 +534,7 @@ def test_calls_built_from_the_shipped_profiles_bind_at_the_target_release() -> N
 
     rec = sigs.load_record("transformers-neuronx")
     for profile in ("llama2-13b-tnx-inf2-tp12.yaml", "opt-6.7b-tnx-inf2-tp2.yaml"):
-        (spec,) = load_profile(REPO / "profiles" / profile).builds
+        (spec,) = load_profile(REPO / "profiles" / profile).specs
         cls = transformers_neuronx.MODEL_CLASSES["opt" if "opt" in profile else "llama"]
         sigs.signature_of(rec, f"transformers_neuronx.{cls}.from_pretrained").bind(
             "/checkpoint", **transformers_neuronx.from_pretrained_kwargs(spec)
@@ -542,7 +542,7 @@ def test_calls_built_from_the_shipped_profiles_bind_at_the_target_release() -> N
         sigs.signature_of(rec, f"transformers_neuronx.{cls}.save").bind("/neff")
         sigs.signature_of(rec, f"transformers_neuronx.{cls}.load").bind("/neff")
 
-    spec = load_profile(REPO / "profiles/minilm-encoder-torch-neuronx.yaml").builds[0]
+    spec = load_profile(REPO / "profiles/minilm-encoder-torch-neuronx.yaml").specs[0]
     rec = sigs.load_record("torch-neuronx")
     args = torch_neuronx.compiler_args(spec, {})
     sigs.signature_of(rec, "torch_neuronx.trace").bind(

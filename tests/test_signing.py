@@ -543,3 +543,44 @@ def test_sign_and_verify_signature_without_the_sign_extra_are_exit_5_with_the_in
         error = error if isinstance(error, dict) else document
         assert "pip install 'neuronc[sign]'" in error["hint"], (args, document)
     assert not (bundle / SIGNATURE_NAME).exists()
+
+
+def test_signing_is_a_pipeline_stage_the_reports_carry(pipeline: Path, keys: Any) -> None:
+    """Issue 39 item 4: `compile_profiles(signer=...)` signs what the run built, as its last stage; each
+    report says what was done (signed, a hit's own signature kept, a hit refused and why), and a signature
+    made by another signer is never kept."""
+    from _pipeline import write_profile
+
+    from neuronc.pipeline import BuildStatus, compile_profiles
+    from neuronc.pipeline.report import SignatureOutcome
+
+    profile = write_profile(pipeline / "p.yaml")
+    store = pipeline / "store"
+    signer = Signer("key", key=keys.private)
+    [built] = compile_profiles([profile], store=store, out_dir=pipeline / "o", signer=signer)
+    assert built.status == BuildStatus.BUILT and built.signature is not None
+    assert built.signature.outcome == SignatureOutcome.SIGNED and built.signature.error is None
+    assert built.signature.record is not None and built.signature.record["out"] == str(pipeline / "o")
+    trust = TrustRoot("key", key=keys.public)
+    assert (
+        verify_signature(Path(str(built.bundle)), trust).verified and verify_signature(pipeline / "o", trust).verified
+    )
+    built.raise_for_status()
+    [hit] = compile_profiles([profile], store=store, signer=signer)
+    assert hit.status == BuildStatus.HIT and hit.signature is not None
+    assert hit.signature.outcome == SignatureOutcome.KEPT and hit.signature.signer == built.signature.signer
+    # Another key's signer cannot prove the hit was built here: it is left unsigned, with why.
+    [refused] = compile_profiles(
+        [profile], store=store, signer=Signer("key", key=ec_key(pipeline / "other", name="other").private)
+    )
+    assert refused.signature is not None and refused.signature.outcome == SignatureOutcome.REFUSED
+    assert refused.signature.record is None and refused.signature.why.startswith("it is not signed by this signer")
+    # Without a signer nothing signs (and the report's JSON is the same either way).
+    [plain] = compile_profiles([profile], store=store)
+    assert plain.signature is None and "signature" not in plain.to_json()
+    # A signer that cannot sign (its key is gone): the failure is recorded on the report and raised again.
+    [failed] = compile_profiles([profile], store=store, signer=Signer("key", key=pipeline / "gone-key.pem"))
+    assert failed.status == BuildStatus.HIT and failed.signature is not None
+    assert failed.signature.outcome == SignatureOutcome.FAILED and failed.signature.error is not None
+    with pytest.raises(type(failed.signature.error)):
+        failed.raise_for_status()

@@ -11,13 +11,10 @@ import difflib
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol
 
 from neuronc.backends.base import Availability, Backend, BackendBase, CompilePlan, GraphSpec
 from neuronc.errors import UnknownBackendError
-
-if TYPE_CHECKING:
-    from neuronc.spec import BuildSpec
 
 ENTRY_POINT_GROUP = "neuronc.backends"
 
@@ -89,24 +86,22 @@ class NamesBackend(Protocol):
 
 
 def resolve_backend(named: NamesBackend | str) -> Backend:
-    """The one map from a manifest or spec read back from disk or from another process to its Backend.
+    """The Backend a name read across a process boundary stands for.
 
-    Within one process a build's backend is resolved once, where its profile is loaded, and passed
-    down bound to the spec (``backend_of``). Only an entry point that receives a bare name across a
-    process boundary calls this, once: a compile worker reading its job, a farm task reading its
-    spec, ``runtime``/``deploy`` reading a bundle's manifest (or its artifacts' backend) from disk.
+    A build's backend is looked up once, where its profile is loaded, and travels in its typed
+    ``neuronc.build.Build``; outside this package and the CLI, only ``Build.received`` (a spec that
+    arrived as JSON) and ``backend_for_manifest`` (a bundle read from disk) call this.
     """
     return get_backend(named if isinstance(named, str) else named.backend)
 
 
-def bind_backend(spec: BuildSpec) -> BuildSpec:
-    """``spec`` bound to its Backend object, for a spec read across a process boundary (``resolve_backend``)."""
-    return spec.bound_to(resolve_backend(spec))
+def backend_for_manifest(manifest: NamesBackend | str) -> Backend:
+    """The Backend of a bundle read from disk (its manifest, or its artifacts' backend name).
 
-
-def backend_of(spec: BuildSpec) -> Backend:
-    """The Backend object bound to ``spec`` when its build was resolved; never a look-up by name."""
-    return cast("Backend", spec.backend_object)
+    A bundle is not a build: it has no ``Build`` to carry its backend, so the modules that read one
+    (runtime, deploy, verdict, the remote store's model card, serving) resolve its backend here.
+    """
+    return resolve_backend(manifest)
 
 
 def backends_compiling_for(target: str) -> list[str]:
@@ -142,11 +137,10 @@ __all__ = [
     "CompilePlan",
     "GraphSpec",
     "NamesBackend",
+    "backend_for_manifest",
     "backend_names",
-    "backend_of",
     "backend_recognizing",
     "backends_compiling_for",
-    "bind_backend",
     "get_backend",
     "is_registered",
     "reload_entry_points",

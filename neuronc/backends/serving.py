@@ -171,9 +171,9 @@ class RecordedEngine(Protocol):
 def recorded_engine(backend: str) -> RecordedEngine | None:
     """The serving capability of a bundle's backend (its manifest's name, read from disk) when deploy
     writes its serve lines from a recorded engine; None for any other backend (an unregistered one too)."""
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
 
-    serving = resolve_backend(backend).serving if is_registered(backend) else None
+    serving = backend_for_manifest(backend).serving if is_registered(backend) else None
     return serving if isinstance(serving, RecordedEngine) else None
 
 

@@ -32,6 +32,7 @@ from neuronc.buckets.traffic import Request, Traffic, load_traffic, prompt_token
 from neuronc.errors import InvalidInputError
 
 if TYPE_CHECKING:
+    from neuronc.build import Build
     from neuronc.spec import BuildSpec
 
 
@@ -63,7 +64,6 @@ def analyse_profile(
     store: Any = None,
 ) -> Analysis:
     """Load the profile's build ``build`` and the traffic; analyse the buckets (see ``analyse``)."""
-    from neuronc.backends import backend_of
     from neuronc.profile import load_profile
 
     loaded = load_profile(profile)
@@ -72,10 +72,11 @@ def analyse_profile(
         raise InvalidInputError(
             f"--build {build}: {profile} has {count} build{'s' if count != 1 else ''} (0 to {count - 1})"
         )
-    spec = loaded.builds[build]
+    chosen = loaded.builds[build]
+    spec = chosen.spec
     traffic = load_traffic(traffic_path, tokenizer_for(spec))
     records, note = CompileRecords.from_store(spec, store)
-    analysis = analyse(spec, backend_of(spec), traffic, max_graphs=max_graphs, records=records)
+    analysis = analyse(spec, chosen.backend, traffic, max_graphs=max_graphs, records=records)
     if note:
         analysis.notes.append(note)
     if len(loaded.builds) > 1:
@@ -83,21 +84,19 @@ def analyse_profile(
     return analysis
 
 
-def plan_traffic(specs: Sequence[BuildSpec], rows: list[dict[str, Any]], traffic_path: str | os.PathLike[str]) -> None:
+def plan_traffic(builds: Sequence[Build], rows: list[dict[str, Any]], traffic_path: str | os.PathLike[str]) -> None:
     """Add ``traffic`` to each `neuronc plan` row: the share of requests its buckets serve and the
     share of padding (context and token generation), as ``neuronc buckets`` counts them."""
-    from neuronc.backends import backend_of
-
     loaded: dict[tuple[str, str | None, str | None], Traffic] = {}
-    for spec, row in zip(specs, rows, strict=True):
+    for build, row in zip(builds, rows, strict=True):
+        spec = build.spec
         # Text prompts are counted with each model's own tokenizer: one load per model.
         base = str(Path(spec.profile_path).parent) if spec.profile_path else None
         key = (spec.model.id, spec.model.revision, base)
         if key not in loaded:
             loaded[key] = load_traffic(traffic_path, tokenizer_for(spec))
         traffic = loaded[key]
-        backend = backend_of(spec)
-        rules = backend.rules.bucket_rules(spec)
+        rules = build.backend.rules.bucket_rules(spec)
         seq = spec.sequence
         context = effective(seq.context_buckets, rules.context)
         token = effective(seq.token_buckets, rules.token)

@@ -189,8 +189,8 @@ def write_buckets(path: str | os.PathLike[str], context: Sequence[int], token: S
     text = read_bytes_limited(p, MAX_PROFILE_BYTES, what="profile").decode("utf-8")
     new = set_buckets(text, {"context_buckets": list(context), "token_buckets": list(token)}, str(path))
     loaded = parse_profile(new, str(path), base_dir=p.parent)
-    for build in loaded.builds:
-        if build.sequence.context_buckets != tuple(context) or build.sequence.token_buckets != tuple(token):
+    for spec in loaded.specs:
+        if spec.sequence.context_buckets != tuple(context) or spec.sequence.token_buckets != tuple(token):
             raise AssertionError(f"{path}: the edited profile does not hold the buckets written")  # a bug
     write_profile(new, p, hint="leave out --write and edit the profile by hand")
     return new

@@ -1,5 +1,6 @@
-"""The signature options `verify`, `deploy` and `store fetch` share, and the signing steps of
-`sign`, `compile --sign` and `store publish --sign`.
+"""The signature options `verify`, `deploy` and `store fetch` share, the signing steps of `sign` and
+`store publish --sign`, and how `compile --sign` says what the pipeline's signing stage
+(``neuronc.pipeline.sign``) did.
 
 Signing and verifying go through the OpenSSF model-signing library (the `sign` extra), imported
 only when a command signs or checks a signature: `neuronc --help` and the other commands never
@@ -151,81 +152,32 @@ def render_signature(report: SignatureJSON, *, verb: str) -> None:
     )
 
 
-def sign_built(
-    reports: list[BuildReport], signer: Signer, store: str | None
-) -> tuple[list[BuiltSignatureJSON], list[str]]:
-    """`compile --sign`: sign each bundle this run built, store the signature with it, sign its --out copy.
+def signed_bundles(reports: list[BuildReport]) -> tuple[list[BuiltSignatureJSON], list[str]]:
+    """`compile --sign`: what the pipeline's signing stage (``neuronc.pipeline.sign``) did to each
+    bundle, said on stderr: the signatures, and one line for each store hit left unsigned (the
+    caller ends the run with exit 4). A failure to sign is raised here, after the bundles signed
+    before it are named."""
+    from neuronc.pipeline.report import SignatureOutcome
 
-    A store hit (found in the store, or published first by another host) was not built here: anyone
-    who can write the store may have changed it and sealed its manifest again. It is never signed
-    again; its own signature is kept when it verifies as the signer's (the key's public key, the
-    certificate under its chain's root, the Sigstore identity NEURONC_SIGNATURE_* names). Returns the
-    signatures, and one line for each hit left unsigned (the caller ends the run with exit 4).
-    """
-    import tempfile
-
-    from neuronc.bundle.signature import SIGNATURE_NAME, write_signature
-    from neuronc.bundle.signing import sign_bundle
-    from neuronc.bundle.signing_material import signer_trust, signing_password
-    from neuronc.pipeline.report import BuildStatus
-    from neuronc.store import open_store
-
-    opened = open_store(store)
     signed: list[BuiltSignatureJSON] = []
     refused: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="neuronc-signer-") as tmp:
-        own: TrustRoot | None = None
-        if any(r.ok and r.status == BuildStatus.HIT for r in reports):
-            own = signer_trust(signer, Path(tmp), signing_password())
-        for report in reports:
-            if not report.ok or not report.bundle:
-                continue
-            bundle = Path(report.bundle)
-            # Built on a Ray node: the report names the store's URL; sign a local copy.
-            if not bundle.is_dir() and report.config_hash and report.toolchain_key:
-                bundle = opened.lookup(report.config_hash, report.toolchain_key) or bundle
-            if report.status == BuildStatus.HIT:
-                kept, why = _own_signature(bundle, signer, own)
-                if kept is None:
-                    refused.append(f"{report.label}: {why}")
-                    out.warning(f"{report.label}: store hit {bundle} not signed: {why}")
-                    continue
-                data: BuiltSignatureJSON = {
-                    **kept.to_json(),
-                    "stored": opened.publish_signature(bundle),
-                    "out": report.out,
-                }
-                out.success(f"{report.label}: store hit keeps its signature by {kept.signer}")
-            else:
-                result = sign_bundle(bundle, signer)
-                data = {**result.to_json(), "stored": opened.publish_signature(bundle), "out": report.out}
-                out.success(f"{report.label}: signed by {result.signer}")
-            if report.out:  # a byte-identical copy: the same signature holds
-                write_signature(Path(report.out), (bundle / SIGNATURE_NAME).read_bytes())
-            signed.append(data)
+    for report in reports:
+        signature = report.signature
+        if signature is None:
+            continue
+        if signature.error is not None:
+            raise signature.error
+        if signature.outcome == SignatureOutcome.REFUSED:
+            refused.append(f"{report.label}: {signature.why}")
+            out.warning(f"{report.label}: store hit {signature.bundle} not signed: {signature.why}")
+            continue
+        if signature.outcome == SignatureOutcome.KEPT:
+            out.success(f"{report.label}: store hit keeps its signature by {signature.signer}")
+        else:
+            out.success(f"{report.label}: signed by {signature.signer}")
+        assert signature.record is not None
+        signed.append(signature.record)
     return signed, refused
-
-
-def _own_signature(bundle: Path, signer: Signer, trust: TrustRoot | None) -> tuple[SignatureReport | None, str]:
-    """The bundle's signature checked as ``signer``'s own (report, ""), or (None, why not)."""
-    from neuronc.bundle.signature import CERTIFICATE, parse_signature, read_signature
-    from neuronc.bundle.signing import verify_signature
-    from neuronc.bundle.signing_material import certificate_der
-    from neuronc.errors import SignatureError
-
-    if trust is None:
-        why = "keyless signing cannot check a reused bundle's signature without NEURONC_SIGNATURE_IDENTITY and _ISSUER"
-        return None, why
-    try:
-        report = verify_signature(bundle, trust)
-    except SignatureError as exc:
-        return None, f"it is not signed by this signer ({exc.message})"
-    if signer.method == CERTIFICATE:
-        assert signer.certificate is not None
-        content = parse_signature(read_signature(bundle) or b"")
-        if not content.certificates or content.certificates[0] != certificate_der(signer.certificate):
-            return None, f"it is signed by {content.signer}, not by {signer.certificate}"
-    return report, ""
 
 
 def unsigned_hits_error(refused: list[str]) -> NeuroncError:
@@ -263,7 +215,7 @@ __all__ = [
     "check_signature",
     "render_signature",
     "sign_and_store",
-    "sign_built",
+    "signed_bundles",
     "signer_from_environment",
     "trust_for",
     "unsigned_hits_error",

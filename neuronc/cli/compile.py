@@ -178,7 +178,7 @@ def compile_command(
         profiles = mf.profiles_to_build(profiles, flags, save_profile, dry_run)  # a flags problem: the report's error
         if profiles is None:
             return  # --dry-run printed the profile
-        from neuronc.cli._signing import sign_built, signer_from_environment
+        from neuronc.cli._signing import signed_bundles, signer_from_environment
 
         signer = signer_from_environment() if sign else None  # a key that cannot sign: exit 2 now, not after
         if out_dir is not None:
@@ -202,9 +202,10 @@ def compile_command(
                 on_report=on_report,
                 log=out.info,
                 executor=runner,
+                signer=signer,
             )
         if signer is not None:
-            signatures, unsigned = sign_built(reports, signer, store)
+            signatures, unsigned = signed_bundles(reports)
     except (KeyboardInterrupt, NeuroncError) as exc:
         # The report keeps its shape on a failure before (or between) builds: the builds so far, and
         # the error or `interrupted: true`; with --json it is the one document (command_failed's report).
@@ -290,7 +291,7 @@ def _graphs_cell(report: BuildReport) -> str:
         return str(len(report.graphs))
     if report.status == BuildStatus.REBOUND:
         return f"{len(report.graphs)} (rebound)"
-    cached = sum(1 for g in report.graphs if g.get("cache_hit"))
+    cached = sum(1 for g in report.graphs if g.cache_hit)
     return f"{len(report.graphs)} ({cached} cached)" if cached else str(len(report.graphs))
 
 

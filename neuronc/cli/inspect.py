@@ -95,11 +95,11 @@ def inspect_command(
 
 def _backend_snippet(manifest: Manifest, bundle: Path) -> str | None:
     """How to load the bundle, from its backend when the manifest records none (CPU bundles)."""
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
 
     if not is_registered(manifest.backend):
         return None
-    return resolve_backend(manifest).runtime.load_snippet(str(bundle.absolute()))
+    return backend_for_manifest(manifest).runtime.load_snippet(str(bundle.absolute()))
 
 
 @command(name="verify", epilog="Example: neuronc verify ./bundle --json   # exit 0 only if every file checks out")
@@ -319,11 +319,11 @@ def _environment_failure(bundle: str, manifest: Manifest, data: Checks) -> Neuro
 
 def environment_comparison(manifest: Manifest) -> EnvironmentJSON:
     """compare_toolchain against the installed versions of the bundle's backend, as JSON."""
-    from neuronc.backends import resolve_backend
+    from neuronc.backends import backend_for_manifest
     from neuronc.bundle import INCOMPATIBLE, compare_toolchain, safe_text
 
     try:
-        installed = resolve_backend(manifest).toolchain.toolchain_versions()
+        installed = backend_for_manifest(manifest).toolchain.toolchain_versions()
     except (NeuroncError, ImportError) as exc:
         reason = exc.message if isinstance(exc, NeuroncError) else str(exc)
         return {

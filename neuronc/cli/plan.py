@@ -95,14 +95,14 @@ def plan_command(
             jobs=None if jobs == 1 else jobs,
             connect_timeout=ray_connect_timeout,
         )
-    specs = load_builds(expand_profile_paths(profiles))
-    plans = plan_builds(specs, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
+    builds = load_builds(expand_profile_paths(profiles))
+    plans = plan_builds(builds, store=store, snapshot=snapshot, online=online, jobs=jobs, host_ram=host_ram_bytes())
     failing = [p for p in plans if p.estimate.fits is False]
     rows: list[JSONObject] = [p.to_json() for p in plans]  # a build's row, and its traffic and ray parts
     if traffic is not None:
         from neuronc.buckets import plan_traffic
 
-        plan_traffic(specs, rows, traffic)
+        plan_traffic(builds, rows, traffic)
     nodes: list[Node] = []
     placed: list[tuple[Need, list[Node]]] = []
     if settings is not None:
@@ -203,7 +203,7 @@ def _render(
         optional=["key", "hf cache", "host split", "host compile"],
     )
     for index, p in enumerate(plans):
-        names = ", ".join(g["name"] for g in p.graphs)
+        names = ", ".join(g.graph.name for g in p.graphs)
         out.print(escape(f"{p.label}: {len(p.graphs)} graph(s): {names}"))
         if placed:
             need, fits = placed[index]

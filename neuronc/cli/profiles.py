@@ -68,8 +68,9 @@ def _described(path: Path) -> tuple[ProfileDescription, list[_Build]]:
     loaded = load_profile(path)
     builds: list[BuildDescription] = []
     shown: list[_Build] = []
-    for spec in loaded.builds:
-        ctx = resolve_build(spec, strict=False)
+    for build in loaded.builds:
+        ctx = resolve_build(build, strict=False)
+        spec = build.spec
         sdk = release_json(ctx.backend.rules.release_for(spec), spec.backend)
         builds.append(
             {
@@ -266,8 +267,9 @@ def _hashed_builds(path: Path, *, resolved: bool) -> list[_Hashed]:
     from neuronc.profile import load_profile
 
     result: list[_Hashed] = []
-    for spec in load_profile(path).builds:
-        ctx = resolve_build(spec, strict=False)
+    for build in load_profile(path).builds:
+        ctx = resolve_build(build, strict=False)
+        spec = build.spec
         if ctx.config_key is None and not resolved:
             result.append((ctx.key_text, {}, spec.matrix_values, _NO_KEYS))
             continue

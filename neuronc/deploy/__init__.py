@@ -93,12 +93,12 @@ def check_compatible(stack: Stack, manifest: Manifest) -> None:
     """Raise InvalidInputError (exit 2) with the way forward when a stack cannot serve this bundle.
 
     Which stacks load a bundle is the backend's to say (``Backend.serving_stacks``). The bundle was
-    read from disk: its manifest's backend name is resolved here, once (``resolve_backend``).
+    read from disk: its manifest's backend name is resolved here, once (``backend_for_manifest``).
     """
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
 
     backend, target = manifest.backend, manifest.target
-    resolved = resolve_backend(manifest) if is_registered(backend) else None
+    resolved = backend_for_manifest(manifest) if is_registered(backend) else None
     stacks = resolved.serving_stacks if resolved is not None and target in resolved.targets else ()
     if stack.value in stacks:
         return

@@ -21,6 +21,7 @@ from neuronc.jsonfile import JsonFields
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 
 if TYPE_CHECKING:
+    from neuronc.build import Build
     from neuronc.hubcache.sources import RegistrySource
     from neuronc.spec import BuildSpec
 
@@ -127,7 +128,7 @@ def _not_applicable(spec: BuildSpec) -> str | None:
 
 
 def lookup_builds(
-    specs: Sequence[BuildSpec],
+    builds: Sequence[Build],
     source: RegistrySource,
     constraints: Filters = Filters(),
     *,
@@ -137,6 +138,7 @@ def lookup_builds(
     """Look up every build with one registry load; ``constraints`` (versions) must hold for a hit."""
     contexts: dict[tuple[str, str | None, str, str | None], ModelContext] = {}
     query = Query()
+    specs = [build.spec for build in builds]
     for spec in specs:
         if _not_applicable(spec) is not None:
             continue
@@ -151,39 +153,39 @@ def lookup_builds(
     # The entries related to each model, compared once per model (a matrix shares them across builds).
     related = {k: relate(registry, c)[0] for k, c in contexts.items()} if registry is not None else {}
     results = []
-    for spec in specs:
+    for build in builds:
+        spec = build.spec
         wanted = Wanted.of(spec)
         note = _not_applicable(spec)
         if note is not None:
             results.append(BuildLookup(spec, LookupStatus.NOT_APPLICABLE, wanted, [], [], [note]))
             continue
         key = (spec.model.id, spec.model.revision, spec.model.task, spec.profile_path)
-        results.append(_lookup_one(spec, wanted, contexts[key], related[key], constraints, nearest))
+        results.append(_lookup_one(build, wanted, contexts[key], related[key], constraints, nearest))
     return results, registry
 
 
 def lookup_build(
-    spec: BuildSpec,
+    build: Build,
     source: RegistrySource,
     constraints: Filters = Filters(),
     *,
     progress: ProgressSink = NULL_PROGRESS,
 ) -> BuildLookup:
     """Whether one build is cached; on a miss, the nearest entries and the fields that differ."""
-    results, _ = lookup_builds([spec], source, constraints, progress=progress)
+    results, _ = lookup_builds([build], source, constraints, progress=progress)
     return results[0]
 
 
 def _lookup_one(
-    spec: BuildSpec,
+    build: Build,
     wanted: Wanted,
     context: ModelContext,
     matches: Sequence[Match],
     constraints: Filters,
     nearest_count: int,
 ) -> BuildLookup:
-    from neuronc.backends import backend_of
-
+    spec = build.spec
     hits: list[Match] = []
     scored: list[tuple[tuple[Any, ...], Nearest]] = []
     for match in matches:
@@ -204,7 +206,7 @@ def _lookup_one(
             seen.add(key)
             nearest.append(near)
     notes = list(context.notes)
-    if not backend_of(spec).toolchain.uses_hf_neuron_cache:
+    if not build.backend.toolchain.uses_hf_neuron_cache:
         notes.append(
             f"backend {spec.backend}: the Hugging Face Neuron cache is filled by optimum-neuron exports; "
             "a hit means optimum-neuron has compiled these shapes"

@@ -10,16 +10,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuronc.errors import InvalidInputError
-from neuronc.pipeline.context import BuildContext, resolve_build
+from neuronc.pipeline.context import ResolvedBuild, resolve_build
 from neuronc.pipeline.local import BuildBatch, Executor, LocalExecutor
 from neuronc.pipeline.messages import Log, logging_to
 from neuronc.pipeline.report import BuildReport
-from neuronc.pipeline.run import BuildOptions, select_builds
+from neuronc.pipeline.run import BuildOptions, open_store, select_builds
 from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import default_compile_jobs
 from neuronc.store import BundleStore
+
+if TYPE_CHECKING:
+    from neuronc.bundle.signing_material import Signer
 
 
 def compile_profiles(
@@ -35,6 +39,7 @@ def compile_profiles(
     on_report: Callable[[BuildReport], None] | None = None,
     log: Log | None = None,
     executor: Executor | None = None,
+    signer: Signer | None = None,
 ) -> list[BuildReport]:
     """Compile every build of every profile; return one report per build.
 
@@ -55,6 +60,9 @@ def compile_profiles(
         executor: where the builds run: this process (``LocalExecutor``, the default: the graphs of
             all builds share one pool of ``jobs`` workers within the host memory the pre-flight's
             estimates allow) or a Ray cluster (``neuronc.pipeline.farm.RayExecutor``).
+        signer: sign each bundle the run built once every build has ended (the signing stage,
+            ``neuronc.pipeline.sign``; ``BuildReport.signature`` says what it did to each); a store
+            hit keeps its own signature only where it verifies as this signer's.
 
     Raises:
         ProfileError: a profile is invalid (exit 2), before anything is built.
@@ -66,26 +74,32 @@ def compile_profiles(
     from neuronc.profile import expand_profile_paths, load_builds
 
     commit = _commit_option(revision)
-    specs = load_builds(expand_profile_paths(paths))
-    if not specs:
+    builds = load_builds(expand_profile_paths(paths))
+    if not builds:
         raise InvalidInputError("no builds to compile")
     with logging_to(log):
-        contexts: list[BuildContext | None] = [None] * len(specs)
+        contexts: list[ResolvedBuild | None] = [None] * len(builds)
         if only:
-            contexts = list(select_builds(specs, only, commit))
+            contexts = list(select_builds(builds, only, commit))
         elif commit is not None:
-            contexts = [resolve_build(spec, strict=False, commit=commit) for spec in specs]
-        selected = [c.spec for c in contexts if c is not None] if only else list(specs)
+            contexts = [resolve_build(build, strict=False, commit=commit) for build in builds]
+        selected = [c.build for c in contexts if c is not None] if only else list(builds)
         options = BuildOptions(
             jobs=jobs or default_compile_jobs(),
             require_hit=require_hit,
             progress=progress,
             out_dir=Path(out_dir) if out_dir is not None else None,
             out_subdir=len(selected) > 1,
+            signer=signer,
         )
         if executor is None:
             executor = LocalExecutor()
-        return executor.run(BuildBatch(selected, contexts, store, options, on_report or _ignore))
+        reports = executor.run(BuildBatch(selected, contexts, store, options, on_report or _ignore))
+        if options.signer is not None:
+            from neuronc.pipeline.sign import sign_built
+
+            sign_built(reports, options.signer, open_store(store))
+        return reports
 
 
 def _ignore(report: BuildReport) -> None:

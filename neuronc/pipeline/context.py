@@ -1,9 +1,11 @@
-"""A build resolved once: backend and toolchain, where the model is, the revision it resolves to,
-the config key, and (when needed) the plan.
+"""A build resolved once (``ResolvedBuild``): its ``Build`` (spec and backend), toolchain, where the
+model is, the commit it resolves to, the config key (graphs key, weights key, bundle key), and
+(when needed) the plan.
 
 ``resolve_build`` is the one place a build's key is worked out: ``compile``, ``compile --only``,
 ``plan``, ``matrix``, ``validate`` and ``hash`` all call it, so they agree on every build's key.
-Every later stage reads the context; none of them looks the backend up or resolves anything again.
+Every later stage and executor receives the resolved build; none of them looks the backend up or
+resolves anything again. What a Ray task receives is derived from it (``BuildIdentity.of``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from neuronc.backends.base import Availability, Backend, CompilePlan
+from neuronc.build import Build
 from neuronc.errors import BackendUnavailableError, CheckpointError
 from neuronc.keys import ConfigKey
 from neuronc.spec import BuildSpec
@@ -24,11 +27,10 @@ UNRESOLVED = "unresolved"
 
 
 @dataclass(frozen=True)
-class BuildContext:
+class ResolvedBuild:
     """One build, resolved."""
 
-    spec: BuildSpec
-    backend: Backend
+    build: Build
     availability: Availability
     versions: dict[str, str | None]
     toolchain_key: str
@@ -41,6 +43,14 @@ class BuildContext:
     config_key: ConfigKey | None
     # Why the revision could not be resolved (with config_key None).
     unresolved: CheckpointError | None = None
+
+    @property
+    def spec(self) -> BuildSpec:
+        return self.build.spec
+
+    @property
+    def backend(self) -> Backend:
+        return self.build.backend
 
     @property
     def label(self) -> str:
@@ -58,6 +68,24 @@ class BuildContext:
     def key_text(self) -> str:
         """The full config hash, or ``unresolved``: what `plan` and `matrix` print."""
         return self.config_key.hash if self.config_key is not None else UNRESOLVED
+
+    def key_at(self, commit: str) -> ConfigKey:
+        """This hub model build's key had its revision resolved to ``commit`` instead (an earlier commit
+        of a ref that moved since): the same backend inputs (keyed environment, weights binding),
+        config.json at that commit. One of the two places (with ``resolve_build``) that call
+        ``keys.config_key``: a new key input is passed here and there, in this module only."""
+        from neuronc.keys import config_key
+
+        key = self.config_key
+        return config_key(
+            self.spec,
+            flags_mode=self.backend.toolchain.compiler_flags_mode,
+            model_dir=None,
+            revision=commit,
+            environment=key.inputs.get("environment") if key is not None else None,
+            model_config=hub_model_config(self.spec.model.id, commit),
+            embeds_weights=key.embeds_weights if key is not None else None,
+        )
 
     @cached_property
     def plan(self) -> CompilePlan:
@@ -83,14 +111,13 @@ class BuildContext:
 
 
 def resolve_build(
-    spec: BuildSpec,
+    build: Build,
     *,
-    backend: Backend | None = None,
     availability: Availability | None = None,
     strict: bool = True,
     environ: Mapping[str, str] | None = None,
     commit: str | None = None,
-) -> BuildContext:
+) -> ResolvedBuild:
     """Resolve a build once: its backend, toolchain, model location, revision and config key.
 
     ``strict`` (compile): the backend must be available (exit 5) and a hub model's revision must
@@ -103,10 +130,7 @@ def resolve_build(
     from neuronc.keys import config_key, spec_model_dir, toolchain_key, toolchain_label
     from neuronc.model.source import resolve_revision
 
-    if backend is None:
-        from neuronc.backends import backend_of
-
-        backend = backend_of(spec)
+    spec, backend = build.spec, build.backend
     if availability is None:
         availability = backend.toolchain.availability()
     if strict and not availability.available:
@@ -140,9 +164,8 @@ def resolve_build(
             model_config=hub_model_config(spec.model.id, revision) if model_dir is None else None,
             embeds_weights=weights_binding_of(backend).embeds,
         )
-    return BuildContext(
-        spec=spec,
-        backend=backend,
+    return ResolvedBuild(
+        build=build,
         availability=availability,
         versions=versions,
         toolchain_key=toolchain_key(versions),

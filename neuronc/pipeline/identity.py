@@ -1,5 +1,7 @@
 """A build's identity as the process that selected it resolved it: what travels with a build to
-another process (a Ray task), so that the process that builds it never resolves it again.
+another process (a Ray task), so that the process that builds it never resolves it again. It is
+derived from the ``ResolvedBuild`` (``BuildIdentity.of``) and turns back into one on the node
+(``BuildIdentity.resolve``), checked to have the same key.
 
 The Ray driver resolves each build once (``resolve_build``): the commit a hub model's revision
 points at, the config key and the toolchain it expects. A node builds at that commit and checks that
@@ -15,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neuronc.backends.base import Availability
+from neuronc.build import Build
 from neuronc.errors import EnvironmentIncompatibleError
-from neuronc.pipeline.context import BuildContext
-from neuronc.spec import BuildSpec
+from neuronc.pipeline.context import ResolvedBuild
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class BuildIdentity:
     toolchain_complete: bool = field(default=True)
 
     @classmethod
-    def of(cls, ctx: BuildContext) -> BuildIdentity:
+    def of(cls, ctx: ResolvedBuild) -> BuildIdentity:
         """The identity of a resolved build (raises the resolution error, exit 2, for an unresolved one)."""
         key = ctx.config
         complete = ctx.availability.available
@@ -65,17 +67,18 @@ class BuildIdentity:
             toolchain_complete=bool(data.get("toolchain_complete", True)),
         )
 
-    def resolve(self, spec: BuildSpec, *, availability: Availability | None = None) -> BuildContext:
+    def resolve(self, build: Build, *, availability: Availability | None = None) -> ResolvedBuild:
         """``spec`` resolved here at this identity's commit (nothing is asked of the Hub or the local
         refs), checked against it (``check``). Raises what ``resolve_build`` raises when it is strict."""
         from neuronc.keys import spec_model_dir
         from neuronc.pipeline.context import resolve_build
 
+        spec = build.spec
         if self.revision is None and spec_model_dir(spec) is None:
             msg = f"{spec.label}: the model directory {spec.model.id} is not on this node"
             hint = "a local model must be at the same path on every node (a shared mount), or use a Hub model"
             raise EnvironmentIncompatibleError(msg, hint=hint)
-        ctx = resolve_build(spec, availability=availability, commit=self.revision)
+        ctx = resolve_build(build, availability=availability, commit=self.revision)
         self.check(ctx)
         return ctx
 
@@ -84,7 +87,7 @@ class BuildIdentity:
         names = list(dict.fromkeys([*self.toolchain, *(versions if self.toolchain_complete else ())]))
         return [(n, self.toolchain.get(n), versions.get(n)) for n in names if self.toolchain.get(n) != versions.get(n)]
 
-    def check(self, ctx: BuildContext, where: str = "this node") -> None:
+    def check(self, ctx: ResolvedBuild, where: str = "this node") -> None:
         """EnvironmentIncompatibleError (exit 5) unless ``ctx`` is this build: the same config key and,
         for every package this identity knows, the same toolchain version."""
         from neuronc.keys import canonical_json, diff_inputs

@@ -20,13 +20,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from neuronc.build import Build
 from neuronc.errors import EXIT_ENVIRONMENT
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import ResolvedBuild
 from neuronc.pipeline.report import BuildReport, BuildStatus
 from neuronc.pipeline.run import BuildOptions, build_one, check_backends, open_store
 from neuronc.progress import ProgressSink, ProgressTask
 from neuronc.resources import WorkPool, available_memory_bytes
-from neuronc.spec import BuildSpec
 from neuronc.store import BundleStore
 
 OnReport = Callable[[BuildReport], None]
@@ -36,8 +36,8 @@ OnReport = Callable[[BuildReport], None]
 class BuildBatch:
     """The builds of one run, as ``compile_profiles`` hands them to an executor."""
 
-    specs: Sequence[BuildSpec]
-    contexts: Sequence[BuildContext | None]  # ``contexts[i]`` is ``specs[i]`` resolved, or None
+    builds: Sequence[Build]
+    contexts: Sequence[ResolvedBuild | None]  # ``contexts[i]`` is ``builds[i]`` resolved, or None
     store: BundleStore | str | os.PathLike[str] | None
     options: BuildOptions
     on_report: OnReport
@@ -76,8 +76,8 @@ class LocalExecutor:
     pool: WorkPool | None = dataclasses.field(default=None, init=False)
 
     def run(self, batch: BuildBatch) -> list[BuildReport]:
-        specs, contexts, options, on_report = batch.specs, batch.contexts, batch.options, batch.on_report
-        availabilities = check_backends(specs)  # only the builds that will run must be able to run here
+        builds, contexts, options, on_report = batch.builds, batch.contexts, batch.options, batch.on_report
+        availabilities = check_backends(builds)  # only the builds that will run must be able to run here
         resolved_store = open_store(batch.store)
         budget = self.memory_bytes if self.memory_bytes is not None else available_memory_bytes()
         pool = self.pool = WorkPool(options.jobs, budget)
@@ -85,35 +85,36 @@ class LocalExecutor:
         environment_failed = threading.Event()
         failed_label: list[str] = []
 
-        def one(spec: BuildSpec, ctx: BuildContext | None) -> BuildReport:
+        def one(build: Build, ctx: ResolvedBuild | None) -> BuildReport:
+            spec = build.spec
             if environment_failed.is_set():
                 # The same environment would fail this build too: say so instead of trying.
                 message = f"skipped after an environment error in {failed_label[0]}"
                 return BuildReport.for_spec(spec, BuildStatus.SKIPPED, messages=[message])
             mine = options
-            if len(specs) > 1:
+            if len(builds) > 1:
                 mine = dataclasses.replace(options, progress=_Labelled(options.progress, spec.label))
             report = build_one(
-                spec, store=resolved_store, options=mine, availability=availabilities.get(spec.backend), context=ctx
+                build, store=resolved_store, options=mine, availability=availabilities.get(spec.backend), context=ctx
             )
             if report.exit_code == EXIT_ENVIRONMENT and not environment_failed.is_set():
                 failed_label.append(report.label)
                 environment_failed.set()
             return report
 
-        if len(specs) == 1:
-            report = one(specs[0], contexts[0])
+        if len(builds) == 1:
+            report = one(builds[0], contexts[0])
             on_report(report)
             return [report]
-        reports: list[BuildReport | None] = [None] * len(specs)
+        reports: list[BuildReport | None] = [None] * len(builds)
         # Builds wait for slots in the pool, not for each other: enough of them run to keep it busy.
-        threads = min(len(specs), 2 * pool.slots)
+        threads = min(len(builds), 2 * pool.slots)
         executor = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="neuronc-build")
         try:
             # Each build runs in a copy of this context: the run's message sink (``say``) reaches it.
             futures = {
-                executor.submit(contextvars.copy_context().run, one, spec, ctx): index
-                for index, (spec, ctx) in enumerate(zip(specs, contexts, strict=True))
+                executor.submit(contextvars.copy_context().run, one, build, ctx): index
+                for index, (build, ctx) in enumerate(zip(builds, contexts, strict=True))
             }
             for future in concurrent.futures.as_completed(futures):
                 report = future.result()

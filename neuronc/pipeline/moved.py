@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from neuronc.pipeline.context import BuildContext, hub_model_config
+from neuronc.pipeline.context import ResolvedBuild
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,10 @@ class MovedRef:
         return f"{self.key}: {self.label} at {self.model}@{self.old} ({self.ref} is {self.new} now)"
 
 
-def moved_refs(contexts: Sequence[BuildContext], keys: Sequence[str]) -> list[MovedRef]:
+def moved_refs(contexts: Sequence[ResolvedBuild], keys: Sequence[str]) -> list[MovedRef]:
     """For each of ``keys`` (config hash prefixes no build matches), the build whose key it was at an
     earlier commit of its model's ref, if any (the Hub's history of the ref when it is reachable,
     and the local Hugging Face cache's snapshots)."""
-    from neuronc.keys import config_key
     from neuronc.model.hfcache import COMMIT_RE
     from neuronc.model.source import known_commits
 
@@ -54,16 +53,7 @@ def moved_refs(contexts: Sequence[BuildContext], keys: Sequence[str]) -> list[Mo
         for commit in commits:
             if commit == ctx.revision:
                 continue
-            environment = ctx.config_key.inputs.get("environment") if ctx.config_key is not None else None
-            key = config_key(
-                spec,
-                flags_mode=ctx.backend.toolchain.compiler_flags_mode,
-                model_dir=None,
-                revision=commit,
-                environment=environment,
-                model_config=hub_model_config(spec.model.id, commit),
-                embeds_weights=ctx.config_key.embeds_weights if ctx.config_key is not None else None,
-            )
+            key = ctx.key_at(commit)
             hits = [k for k in left if key.hash.startswith(k)]
             for k in hits:
                 found.append(MovedRef(k, ctx.label, spec.model.id, ref, commit, ctx.revision))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from neuronc.keys import canonical_json, diff_inputs
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import ResolvedBuild
 from neuronc.pipeline.report import NearestBundle
 from neuronc.store import BundleStore
 
 
-def nearest_bundle(store: BundleStore, ctx: BuildContext) -> NearestBundle | None:
+def nearest_bundle(store: BundleStore, ctx: ResolvedBuild) -> NearestBundle | None:
     """The store's bundle of the same model and backend with the fewest differing hashed fields."""
     spec = ctx.spec
     identity = canonical_json(ctx.config.inputs.get("weights"))

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from neuronc.backends.base import Backend
+from neuronc.backends.base import Backend, GraphSpec
+from neuronc.build import Build
 from neuronc.errors import NeuroncError, foreign_row, short_reason
-from neuronc.pipeline.context import UNRESOLVED, BuildContext
+from neuronc.pipeline.context import UNRESOLVED, ResolvedBuild
 from neuronc.preflight import Estimate, estimate
 from neuronc.spec import BuildSpec
 
@@ -47,6 +48,26 @@ class HfCacheStatus:
         return {"status": str(self.status), "source": self.source, "detail": detail}
 
 
+@dataclass(frozen=True)
+class PlannedGraph:
+    """One graph a build would compile, and what `neuronc plan` says about it."""
+
+    graph: GraphSpec
+    # The build's store status (hit, miss, other-toolchain, unresolved) and HF Neuron cache status.
+    store: str
+    hf_cache: str
+    # The pre-flight's host memory for compiling this graph (None: unknown).
+    host_compile_bytes: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.graph.to_json(),
+            "store": self.store,
+            "hf_cache": self.hf_cache,
+            "host_compile_bytes": self.host_compile_bytes,
+        }
+
+
 @dataclass
 class BuildPlan:
     """What `neuronc plan` says about one build."""
@@ -59,12 +80,12 @@ class BuildPlan:
     store: dict[str, Any]
     hf_cache: HfCacheStatus
     estimate: Estimate
-    graphs: list[dict[str, Any]]
+    graphs: list[PlannedGraph]
     backend: Backend
     # The Neuron SDK release the build is judged against (the support matrix); None outside the SDK.
     neuron_sdk: dict[str, Any] | None = None
     # The build as resolved for this plan (`plan --executor ray` places it without resolving again).
-    context: BuildContext | None = None
+    context: ResolvedBuild | None = None
 
     @property
     def label(self) -> str:
@@ -96,13 +117,13 @@ class BuildPlan:
             "store": dict(self.store),
             "hf_cache": self.hf_cache.to_json(),
             "preflight": self.estimate.to_json(),
-            "graphs": list(self.graphs),
+            "graphs": [g.to_json() for g in self.graphs],
             "neuron_sdk": self.neuron_sdk,
         }
 
 
 def plan_builds(
-    specs: Sequence[BuildSpec],
+    builds: Sequence[Build],
     *,
     store: Any = None,
     snapshot: str | os.PathLike[str] | None = None,
@@ -122,10 +143,11 @@ def plan_builds(
     from neuronc.store import open_store
 
     resolved = open_store(store)
-    hf_statuses = hf_cache_statuses(specs, snapshot=snapshot, online=online)
+    hf_statuses = hf_cache_statuses(builds, snapshot=snapshot, online=online)
     plans: list[BuildPlan] = []
-    for index, spec in enumerate(specs):
-        ctx = resolve_build(spec, strict=False)
+    for index, build in enumerate(builds):
+        ctx = resolve_build(build, strict=False)
+        spec = ctx.spec
         availability = ctx.availability
         missing = sorted(name for name, version in ctx.versions.items() if version is None)
         if ctx.config_key is None:
@@ -149,12 +171,7 @@ def plan_builds(
             spec, ctx.model_config, backend=ctx.backend, graphs=len(plan.graphs), jobs=jobs, host_ram=host_ram
         )
         graphs = [
-            {
-                **graph.to_json(),
-                "store": store_status["status"],
-                "hf_cache": str(hf.status),
-                "host_compile_bytes": est.host_compile_per_graph_bytes,
-            }
+            PlannedGraph(graph, str(store_status["status"]), str(hf.status), est.host_compile_per_graph_bytes)
             for graph in plan.graphs
         ]
         plans.append(
@@ -177,7 +194,7 @@ def plan_builds(
 
 
 def hf_cache_statuses(
-    specs: Sequence[BuildSpec], *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
+    builds: Sequence[Build], *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
 ) -> list[HfCacheStatus]:
     """Whether the Hugging Face Neuron cache has each build: hit | miss | n/a | unknown (never raises).
 
@@ -187,21 +204,21 @@ def hf_cache_statuses(
     """
     if snapshot is None and not online:
         unchecked = HfCacheStatus(CacheStatus.UNKNOWN, None, reason="not checked (pass --snapshot DIR or --online)")
-        return [unchecked] * len(specs)
+        return [unchecked] * len(builds)
     source_name = str(snapshot) if snapshot is not None else "hub"
     from neuronc.hubcache import HubSource, LookupStatus, SnapshotSource, lookup_builds
 
     try:
         source: Any = SnapshotSource(snapshot) if snapshot is not None else HubSource.from_environment()
-        results, _ = lookup_builds(list(specs), source)
+        results, _ = lookup_builds(list(builds), source)
     except NeuroncError as exc:  # the cache is advisory: a bad snapshot or an offline miss is "unknown"
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {exc.message}")
-        return [failed] * len(specs)
+        return [failed] * len(builds)
     except Exception as exc:
         if foreign_row(exc) is None:
             raise
         failed = HfCacheStatus(CacheStatus.UNKNOWN, source_name, reason=f"lookup failed: {short_reason(exc)}")
-        return [failed] * len(specs)
+        return [failed] * len(builds)
     by_result = {
         LookupStatus.HIT: CacheStatus.HIT,
         LookupStatus.MISS: CacheStatus.MISS,
@@ -220,10 +237,10 @@ def hf_cache_statuses(
 
 
 def hf_cache_status(
-    spec: BuildSpec, *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
+    build: Build, *, snapshot: str | os.PathLike[str] | None = None, online: bool = False
 ) -> HfCacheStatus:
     """``hf_cache_statuses`` for one build."""
-    return hf_cache_statuses([spec], snapshot=snapshot, online=online)[0]
+    return hf_cache_statuses([build], snapshot=snapshot, online=online)[0]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -279,7 +296,7 @@ class MatrixEntry:
         }
 
 
-def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
+def matrix_entries(builds: Sequence[Build]) -> list[MatrixEntry]:
     """One entry per bundle, ready for a CI job matrix: profile, build index, key, expected runner.
 
     ``key`` is the config hash prefix ``neuronc compile --only`` takes and ``revision`` the commit
@@ -292,8 +309,9 @@ def matrix_entries(specs: Sequence[BuildSpec]) -> list[MatrixEntry]:
     from neuronc.pipeline.context import resolve_build
 
     entries = []
-    for spec in specs:
-        ctx = resolve_build(spec, strict=False)
+    for build in builds:
+        ctx = resolve_build(build, strict=False)
+        spec = ctx.spec
         est = estimate(spec, ctx.model_config, backend=ctx.backend, graphs=len(ctx.plan.graphs))
         host = max(est.host_compile_bytes or 0, est.host_split_bytes or 0) or None
         entries.append(
@@ -323,6 +341,7 @@ __all__ = [
     "CacheStatus",
     "HfCacheStatus",
     "MatrixEntry",
+    "PlannedGraph",
     "hf_cache_status",
     "hf_cache_statuses",
     "matrix_entries",

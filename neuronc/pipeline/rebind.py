@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from neuronc.bundle import Graph
 from neuronc.keys import KEY_SCHEME
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import ResolvedBuild
 from neuronc.pipeline.timing import StageClock
 from neuronc.store import BundleStore
 
@@ -36,11 +36,11 @@ class Rebound:
     """A published rebound bundle and the stored bundle its graphs came from."""
 
     bundle: Path
-    graphs: list[dict[str, Any]]
+    graphs: list[Graph]
     source: dict[str, str]
 
 
-def rebind_refusal(ctx: BuildContext) -> str | None:
+def rebind_refusal(ctx: ResolvedBuild) -> str | None:
     """Why this build's graphs may not come from another build's bundle (None: they may)."""
     from neuronc.backends.weights_binding import weights_binding_of
 
@@ -54,7 +54,7 @@ def rebind_refusal(ctx: BuildContext) -> str | None:
     return None
 
 
-def graphs_source(store: BundleStore, ctx: BuildContext) -> StoreEntry | None:
+def graphs_source(store: BundleStore, ctx: ResolvedBuild) -> StoreEntry | None:
     """The newest stored bundle with this build's graphs key and toolchain (None: none, or rebind refused)."""
     key = ctx.config
     if rebind_refusal(ctx) is not None or key.embeds_weights is not False:
@@ -70,7 +70,7 @@ def graphs_source(store: BundleStore, ctx: BuildContext) -> StoreEntry | None:
 _STAGING_STAGES = frozenset({"resolve", "split", "model_files"})
 
 
-def rebind_plan(store: BundleStore, ctx: BuildContext) -> dict[str, Any] | None:
+def rebind_plan(store: BundleStore, ctx: ResolvedBuild) -> dict[str, Any] | None:
     """What `neuronc plan` adds to the store's status of a build a compile would rebind (None: it would
     not): the bundle the
     graphs would come from, and the expected time (that bundle's own weights-staging stages: the same
@@ -101,7 +101,7 @@ class LayoutMismatch(Exception):
 
 
 def rebind_into_store(
-    ctx: BuildContext, store: BundleStore, options: BuildOptions, clock: StageClock, entry: StoreEntry
+    ctx: ResolvedBuild, store: BundleStore, options: BuildOptions, clock: StageClock, entry: StoreEntry
 ) -> Rebound | None:
     """Stage this build's weights beside ``entry``'s graphs and publish under this build's key.
 
@@ -140,7 +140,7 @@ def rebind_into_store(
         return None
     finally:
         writer.abort()
-    return Rebound(bundle, [g.model_dump() for g in graphs], origin)
+    return Rebound(bundle, graphs, origin)
 
 
 def _entry_key(entry: StoreEntry) -> str:

@@ -28,7 +28,8 @@ from neuronc.jsonfile import JsonFields
 from neuronc.spec import BuildSpec
 
 if TYPE_CHECKING:
-    from neuronc.bundle import Stage
+    from neuronc.bundle import Graph, Stage
+    from neuronc.bundle.signing import BuiltSignatureJSON
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -97,6 +98,34 @@ class NearestBundle(JsonFields):
     toolchain_differences: dict[str, dict[str, str | None]]
 
 
+class SignatureOutcome(StrEnum):
+    """What the signing stage (``neuronc.pipeline.sign``) did to one build's bundle."""
+
+    # Built (or rebound) here: signed.
+    SIGNED = "signed"
+    # A store hit whose own signature verifies as the signer's: kept.
+    KEPT = "kept"
+    # A store hit not provably the signer's: left unsigned (``why``).
+    REFUSED = "refused"
+    # Signing failed (``error``); the stage stopped there.
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class BuildSignature:
+    """The signing stage's result for one build (``BuildReport.signature``; None when nothing signed it)."""
+
+    outcome: SignatureOutcome
+    # The bundle signed or checked (a local copy for a bundle a Ray node built).
+    bundle: str | None = None
+    signer: str | None = None
+    # What `compile --sign --json` lists under ``signatures`` (signed and kept).
+    record: BuiltSignatureJSON | None = None
+    # Why a store hit was left unsigned.
+    why: str = ""
+    error: NeuroncError | None = None
+
+
 @dataclass
 class BuildReport:
     """What happened to one build: its keys, hit/built/failed, where the bundle is, and what it cost."""
@@ -114,7 +143,8 @@ class BuildReport:
     toolchain_label: str | None = None
     bundle: str | None = None
     out: str | None = None
-    graphs: list[dict[str, Any]] = field(default_factory=list)
+    # The bundle's graphs, as its manifest records them (a dict each only in ``to_json``).
+    graphs: list[Graph] = field(default_factory=list)
     stages: list[StageReport] = field(default_factory=list)
     wall_seconds: float = 0.0
     exit_code: int = EXIT_OK
@@ -127,6 +157,9 @@ class BuildReport:
     weights_key: str | None = None
     # A rebound build: the stored bundle its graphs came from ({"config_hash", "toolchain_key", "bundle"}).
     rebound_from: dict[str, str] | None = None
+    # What the signing stage did to the bundle (a run with a signer); not part of ``to_json``: the
+    # run's document lists the signatures on their own (`compile --sign`).
+    signature: BuildSignature | None = None
 
     @classmethod
     def for_spec(cls, spec: BuildSpec, status: BuildStatus, **fields: Any) -> BuildReport:
@@ -190,7 +223,7 @@ class BuildReport:
             "toolchain_label": self.toolchain_label,
             "bundle": self.bundle,
             "out": self.out,
-            "graphs": self.graphs,
+            "graphs": [g.model_dump() for g in self.graphs],
             "stages": [s.to_json() for s in self.stages],
             "stage_seconds": self.stage_seconds(),
             "peak_rss_bytes": self.peak_rss_bytes,
@@ -201,16 +234,19 @@ class BuildReport:
         }
 
     def raise_for_status(self) -> None:
-        """Raise the error that failed this build, as it was raised (for Python callers who prefer exceptions)."""
+        """Raise the error that failed this build, or failed signing its bundle, as it was raised (for
+        Python callers who prefer exceptions)."""
         if self.error is not None:
             raise self.error
+        if self.signature is not None and self.signature.error is not None:
+            raise self.signature.error
 
 
-def hit_graphs(bundle: Path) -> list[dict[str, Any]]:
+def hit_graphs(bundle: Path) -> list[Graph]:
     """A stored bundle's graphs, as its manifest lists them (what a hit reports)."""
     from neuronc.bundle import read_manifest
 
-    return [dict(g) for g in read_manifest(bundle).graphs]
+    return list(read_manifest(bundle).graphs)
 
 
 def overall_exit_code(reports: Iterable[BuildReport]) -> int:

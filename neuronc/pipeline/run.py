@@ -1,10 +1,10 @@
-"""Running one build (a ``BuildSpec``) through the stages; ``compile.py`` runs every build of every
-profile through an executor that calls ``build_one``.
+"""Running one build (a ``Build``: spec and backend) through the stages; ``compile.py`` runs every
+build of every profile through an executor that calls ``build_one``.
 
-``build_one`` resolves the build once (``resolve_build``), looks it up, and on a miss compiles it
-under the key's lock; it returns a ``BuildReport`` assembled from what the stages returned. What
-stays the same for every build of a run is one frozen ``BuildOptions``; messages for people go to
-the run's context-scoped sink (``neuronc.pipeline.messages``).
+``build_one`` resolves the build once (``resolve_build``, a ``ResolvedBuild`` every stage receives),
+looks it up, and on a miss compiles it under the key's lock; it returns a ``BuildReport`` assembled
+from what the stages returned. What stays the same for every build of a run is one frozen
+``BuildOptions``; messages for people go to the run's context-scoped sink (``neuronc.pipeline.messages``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from neuronc.backends.base import Availability
+from neuronc.build import Build
 from neuronc.errors import BackendUnavailableError, CacheMissError, InvalidInputError, NeuroncError
-from neuronc.pipeline.context import BuildContext, resolve_build
+from neuronc.pipeline.context import ResolvedBuild, resolve_build
 from neuronc.pipeline.identity import BuildIdentity
 from neuronc.pipeline.messages import say
 from neuronc.pipeline.report import BuildReport, BuildStatus, NearestBundle, hit_graphs
@@ -26,6 +28,10 @@ from neuronc.progress import NULL_PROGRESS, ProgressSink
 from neuronc.resources import WorkPool, default_compile_jobs
 from neuronc.spec import BuildSpec
 from neuronc.store import BundleStore
+
+if TYPE_CHECKING:
+    from neuronc.bundle import Graph
+    from neuronc.bundle.signing_material import Signer
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,9 @@ class BuildOptions:
     out_subdir: bool = False
     # Worker slots shared by the builds of a matrix compiled in this process (``neuronc.pipeline.local``).
     pool: WorkPool | None = None
+    # Sign what the run built (``neuronc.pipeline.sign``), in the process that drives the run, after
+    # every build has ended; None: sign nothing. Never sent to a Ray node.
+    signer: Signer | None = None
 
 
 @dataclass(frozen=True)
@@ -51,20 +60,18 @@ class Outcome:
 
     status: BuildStatus
     bundle: Path
-    graphs: list[dict[str, object]]
+    graphs: list[Graph]
     messages: tuple[str, ...] = ()
     # A rebind: the stored bundle the graphs came from.
     rebound_from: dict[str, str] | None = None
 
 
-def check_backends(specs: Iterable[BuildSpec]) -> dict[str, Availability]:
+def check_backends(builds: Iterable[Build]) -> dict[str, Availability]:
     """Each backend's availability; raise BackendUnavailableError (exit 5) naming every one that cannot run."""
-    from neuronc.backends import backend_of
-
     problems: list[str] = []
     hints: list[str] = []
     found: dict[str, Availability] = {}
-    backends = {spec.backend: backend_of(spec) for spec in specs}
+    backends = {build.spec.backend: build.backend for build in builds}
     for name in sorted(backends):
         availability = found[name] = backends[name].toolchain.availability()
         if not availability.available:
@@ -85,7 +92,7 @@ def open_store(store: BundleStore | str | os.PathLike[str] | None) -> BundleStor
     return open_any(store)
 
 
-def select_builds(specs: Sequence[BuildSpec], only: Sequence[str], commit: str | None = None) -> list[BuildContext]:
+def select_builds(builds: Sequence[Build], only: Sequence[str], commit: str | None = None) -> list[ResolvedBuild]:
     """The builds whose config hash starts with one of ``only`` (as `neuronc matrix` prints them),
     resolved: the key is worked out as `compile`, `plan` and `matrix` work it out (``commit``: a hub
     model's revision as resolved when the key was printed, the matrix entry's ``revision``).
@@ -98,11 +105,11 @@ def select_builds(specs: Sequence[BuildSpec], only: Sequence[str], commit: str |
     if short:
         msg = f"--only takes a config hash or a prefix of at least 6 hex digits, got {', '.join(short)}"
         raise InvalidInputError(msg)
-    selected: list[BuildContext] = []
-    contexts: list[BuildContext] = []
+    selected: list[ResolvedBuild] = []
+    contexts: list[ResolvedBuild] = []
     matched: set[str] = set()
-    for spec in specs:
-        ctx = resolve_build(spec, strict=False, commit=commit)
+    for build in builds:
+        ctx = resolve_build(build, strict=False, commit=commit)
         contexts.append(ctx)
         hits = [k for k in keys if ctx.config_key is not None and ctx.config_key.hash.startswith(k)]
         if hits:
@@ -124,15 +131,15 @@ def select_builds(specs: Sequence[BuildSpec], only: Sequence[str], commit: str |
 
 
 def build_one(
-    spec: BuildSpec,
+    build: Build,
     *,
     store: BundleStore | str | os.PathLike[str] | None = None,
     options: BuildOptions | None = None,
     availability: Availability | None = None,
-    context: BuildContext | None = None,
+    context: ResolvedBuild | None = None,
     identity: BuildIdentity | None = None,
 ) -> BuildReport:
-    """Build one BuildSpec into the store (or find it there); never leaves a half-written bundle.
+    """Build one build into the store (or find it there); never leaves a half-written bundle.
 
     A NeuroncError is recorded in the returned report (status ``failed``, its exit code, the
     exception itself); a KeyboardInterrupt removes the staging directory and propagates; any other
@@ -142,6 +149,7 @@ def build_one(
     build that would get another key here fails with exit 5 naming what differs.
     """
     options = options or BuildOptions()
+    spec = build.spec
     resolved_store = open_store(store)
     clock = StageClock(options.progress, prefix=f"{spec.label}: ")
     started = time.perf_counter()
@@ -154,9 +162,9 @@ def build_one(
         if ctx is None:
             with clock.stage("plan", "plan", quiet=True):
                 if identity is not None:
-                    ctx = identity.resolve(spec, availability=availability)
+                    ctx = identity.resolve(build, availability=availability)
                 else:
-                    ctx = resolve_build(spec, availability=availability)
+                    ctx = resolve_build(build, availability=availability)
         with clock.stage("lookup", "store lookup", quiet=True):
             found = resolved_store.lookup(ctx.config.hash, ctx.toolchain_key)
         if found is None:
@@ -191,7 +199,7 @@ def build_one(
 
 
 def _build(
-    ctx: BuildContext,
+    ctx: ResolvedBuild,
     store: BundleStore,
     options: BuildOptions,
     clock: StageClock,
@@ -237,7 +245,7 @@ def _build(
     return Outcome(BuildStatus.BUILT, built.bundle, built.graphs)
 
 
-def _rebind(ctx: BuildContext, store: BundleStore, options: BuildOptions, clock: StageClock) -> Outcome | None:
+def _rebind(ctx: ResolvedBuild, store: BundleStore, options: BuildOptions, clock: StageClock) -> Outcome | None:
     """The graphs from a stored bundle with this build's graphs key, and only this build's weights staged;
     None when the store holds no such bundle, the backend's graphs may hold the weights, or the weights
     do not fit the stored graphs (then the build compiles)."""
@@ -268,7 +276,7 @@ def _rebind(ctx: BuildContext, store: BundleStore, options: BuildOptions, clock:
 
 
 def _place_out(
-    spec: BuildSpec, ctx: BuildContext, bundle: Path, options: BuildOptions, clock: StageClock, *, built: bool
+    spec: BuildSpec, ctx: ResolvedBuild, bundle: Path, options: BuildOptions, clock: StageClock, *, built: bool
 ) -> Path | None:
     """``--out``: a copy of the bundle. A hit comes out of the store: a required signature is checked first."""
     if options.out_dir is None:

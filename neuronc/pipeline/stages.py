@@ -1,5 +1,5 @@
 """The stages of one build after it is resolved, on a miss: pre-flight, resolve checkpoint, split,
-model files, compile, publish. Each takes the ``BuildContext`` and returns what it produced."""
+model files, compile, publish. Each takes the ``ResolvedBuild`` and returns what it produced."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from neuronc.backends.base import CompileJob, CompileResult
 from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, WeightsSource
 from neuronc.errors import CompileError, NeuroncError, log_tail
 from neuronc.fsutil import plural
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import ResolvedBuild
 from neuronc.pipeline.messages import say
 from neuronc.pipeline.timing import StageClock
 from neuronc.resources import PoolCancelled
@@ -34,12 +34,12 @@ class Built:
     ``bundle`` is its bundle."""
 
     bundle: Path
-    graphs: list[dict[str, Any]]
+    graphs: list[Graph]
     lost_race: bool = False
     message: str | None = None
 
 
-def preflight(ctx: BuildContext, jobs: int) -> Estimate:
+def preflight(ctx: ResolvedBuild, jobs: int) -> Estimate:
     """The memory estimate `neuronc plan` shows: a build that cannot fit fails (exit 2) before it compiles."""
     from neuronc.preflight import preflight as check
 
@@ -50,7 +50,7 @@ def preflight(ctx: BuildContext, jobs: int) -> Estimate:
 
 
 def compile_into_store(
-    ctx: BuildContext,
+    ctx: ResolvedBuild,
     store: BundleStore,
     options: BuildOptions,
     clock: StageClock,
@@ -116,10 +116,9 @@ def compile_into_store(
     finally:
         writer.abort()  # nothing once finished; the staging directory otherwise
     published = writer.published
-    graphs_json = [g.model_dump() for g in records]
     if published is not None and published.lost_race:
-        return Built(bundle, graphs_json, lost_race=True, message=published.message)
-    return Built(bundle, graphs_json)
+        return Built(bundle, records, lost_race=True, message=published.message)
+    return Built(bundle, records)
 
 
 def _stop_if_cancelled(options: BuildOptions) -> None:
@@ -129,7 +128,7 @@ def _stop_if_cancelled(options: BuildOptions) -> None:
         raise PoolCancelled
 
 
-def _compile(ctx: BuildContext, job: CompileJob) -> CompileResult:
+def _compile(ctx: ResolvedBuild, job: CompileJob) -> CompileResult:
     try:
         return ctx.backend.compile(job)
     except NeuroncError:
@@ -156,7 +155,7 @@ def _graph_records(result: CompileResult) -> list[Graph]:
 
 
 def split_weights(
-    model_dir: Path, weights_dir: Path, ctx: BuildContext, writer: BundleWriter, options: BuildOptions
+    model_dir: Path, weights_dir: Path, ctx: ResolvedBuild, writer: BundleWriter, options: BuildOptions
 ) -> list[Shard]:
     from neuronc.checkpoint import split_checkpoint
 
@@ -189,7 +188,7 @@ def add_model_files(model_dir: Path, writer: BundleWriter) -> None:
 
 
 def build_record(
-    ctx: BuildContext,
+    ctx: ResolvedBuild,
     clock: StageClock,
     *,
     graphs: list[Graph],
@@ -212,7 +211,7 @@ def build_record(
     )
 
 
-def add_profile(ctx: BuildContext, writer: BundleWriter) -> None:
+def add_profile(ctx: ResolvedBuild, writer: BundleWriter) -> None:
     profile = ctx.spec.profile_path
     if profile and Path(profile).is_file():
         writer.add_file("profile.yaml", role="profile", source_path=Path(profile))
@@ -228,7 +227,7 @@ def failed_logs_root() -> Path:
     return user_cache_dir() / "failed-builds"
 
 
-def _keep_logs(exc: CompileError, staging: Path, ctx: BuildContext) -> None:
+def _keep_logs(exc: CompileError, staging: Path, ctx: ResolvedBuild) -> None:
     """Move the staging logs somewhere that survives cleanup and add the log tail to the error."""
     logs = staging / "logs"
     kept: Path | None = None

@@ -1,8 +1,9 @@
 """Compile profiles: YAML with positions, schema, matrix expansion, cross-field checks.
 
-``load_profile(path)`` returns a ``LoadedProfile`` whose ``builds`` are fully resolved
-``neuronc.spec.BuildSpec`` objects, one per matrix combination. Every problem in a file is collected
-and raised together as one ``ProfileError`` whose details read ``file:line:column: field: message``.
+``load_profile(path)`` returns a ``LoadedProfile`` whose ``builds`` are typed ``neuronc.build.Build``
+objects (a validated ``neuronc.spec.BuildSpec`` and its Backend), one per matrix combination
+(``specs``: their specs). Every problem in a file is collected and raised together as one
+``ProfileError`` whose details read ``file:line:column: field: message``.
 """
 
 from neuronc.profile._checks import auto_buckets

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from neuronc.build import Build
 from neuronc.errors import InvalidInputError, ProfileError
 from neuronc.profile._checks import LenientView, check_backend_fields, check_model, check_sequence
 from neuronc.profile._matrix import apply_combo, check_matrix_shape, matrix_combinations
@@ -29,8 +30,13 @@ SCHEMA_HINT = "see docs/profiles.md, or run `neuronc schema` for the JSON Schema
 class LoadedProfile:
     path: Path
     text: str
-    builds: list[BuildSpec]
+    builds: list[Build]
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def specs(self) -> list[BuildSpec]:
+        """The builds' specs (what reading a profile's fields needs)."""
+        return [build.spec for build in self.builds]
 
 
 def show_profile_as(path: str | os.PathLike[str], label: str | None) -> None:
@@ -65,7 +71,7 @@ def load_profile(path: str | os.PathLike[str], *, check_model_config: bool = Tru
     loaded = parse_profile(text, display, base_dir=p.parent, check_model_config=check_model_config)
     shown_as = _SHOWN_AS.get(os.fspath(path))
     if shown_as is not None:
-        loaded.builds = [spec.model_copy(update={"shown_as": shown_as}) for spec in loaded.builds]
+        loaded.builds = [b.with_spec(b.spec.model_copy(update={"shown_as": shown_as})) for b in loaded.builds]
     return loaded
 
 
@@ -86,7 +92,7 @@ def parse_profile(
             problems.append(f"{filename}:1:1: <root>: a profile is a mapping of fields, but this file is {kind}")
         raise ProfileError(f"{filename}: invalid profile", details=problems, hint=SCHEMA_HINT)
 
-    builds: list[BuildSpec] = []
+    builds: list[Build] = []
     warnings: list[str] = []
     matrix_problems = check_matrix_shape(data.get("matrix"), tree)
     problems.extend(matrix_problems)
@@ -94,10 +100,10 @@ def parse_profile(
     per_build: list[list[str]] = []
     for index, combo in enumerate(combos):
         build_problems: list[str] = []
-        spec = _build_one(data, combo, index, tree, base_dir, check_model_config, build_problems, warnings)
+        build = _build_one(data, combo, index, tree, base_dir, check_model_config, build_problems, warnings)
         per_build.append(build_problems)
-        if spec is not None:
-            builds.append(spec)
+        if build is not None:
+            builds.append(build)
     problems.extend(_merge_build_problems(per_build, len(combos)))
     if problems:
         problems.sort(key=_problem_position)
@@ -156,7 +162,7 @@ def _build_one(
     check_model_config: bool,
     problems: list[str],
     warnings: list[str],
-) -> BuildSpec | None:
+) -> Build | None:
     from neuronc.backends import get_backend, is_registered, unknown_backend_message
 
     filename = tree.filename
@@ -188,7 +194,7 @@ def _build_one(
         message, hint = unknown_backend_message(name)
         problem(("backend",), f"{message} ({hint})")
         return None
-    backend = get_backend(name)  # the build's one backend resolution: the spec carries the object down
+    backend = get_backend(name)  # the build's one backend look-up: the Build carries it down
     check_backend_fields(view, backend, problem)
     check_model(view, backend, filename, base_dir, check_model_config, problem, warnings)
     if model is None or context_buckets is None or token_buckets is None or len(problems) > count_before:
@@ -217,10 +223,10 @@ def _build_one(
         profile_path=filename,
         build_index=index,
         matrix_values=dict(combo),
-    ).bound_to(backend)
+    )
     for found in backend.rules.check_spec(spec):
         problem(found.path, found.message)
-    return None if len(problems) > count_before else spec
+    return None if len(problems) > count_before else Build(spec, backend)
 
 
 def _resolved_model(model: ModelSection, base_dir: Path | None) -> ModelSection:
@@ -277,16 +283,16 @@ def expand_profile_paths(arguments: Sequence[str | os.PathLike[str]]) -> list[st
     return list(dict.fromkeys(paths))
 
 
-def load_builds(paths: Sequence[str | os.PathLike[str]]) -> list[BuildSpec]:
+def load_builds(paths: Sequence[str | os.PathLike[str]]) -> list[Build]:
     """Load and validate every profile first, so bad input fails before any work starts.
 
     Raises one ProfileError naming every problem in every file.
     """
-    specs: list[BuildSpec] = []
+    builds: list[Build] = []
     failures: list[ProfileError] = []
     for path in paths:
         try:
-            specs.extend(load_profile(path).builds)
+            builds.extend(load_profile(path).builds)
         except ProfileError as exc:
             failures.append(exc)
     if len(failures) == 1:
@@ -295,4 +301,4 @@ def load_builds(paths: Sequence[str | os.PathLike[str]]) -> list[BuildSpec]:
         details = [line for exc in failures for line in (exc.details or [exc.message])]
         msg = f"{len(failures)} of {len(paths)} profiles are invalid"
         raise ProfileError(msg, details=details, hint=failures[0].hint)
-    return specs
+    return builds

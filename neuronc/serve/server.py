@@ -70,7 +70,7 @@ def served_name(model_id: str | None, bundle_key: str) -> str:
 
 def check_bundle(bundle: Path, *, model_name: str | None = None) -> ServeTarget:
     """Refuse what cannot be served here (exit 2) and what fails verification (exit 4)."""
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
     from neuronc.bundle import read_manifest, verify_bundle
     from neuronc.spec import ServingStack
 
@@ -83,7 +83,7 @@ def check_bundle(bundle: Path, *, model_name: str | None = None) -> ServeTarget:
     manifest = read_manifest(bundle)
     # A bundle read from disk names its backend: resolved here, once; whether `neuronc serve` serves it is
     # the backend's to say (its serving stacks, as for `neuronc deploy --for neuronc`).
-    backend = resolve_backend(manifest) if is_registered(manifest.backend) else None
+    backend = backend_for_manifest(manifest) if is_registered(manifest.backend) else None
     if backend is None or ServingStack.neuronc not in backend.serving_stacks or manifest.target not in backend.targets:
         stacks = [s.value for s in backend.serving_stacks if s is not ServingStack.neuronc] if backend else []
         served_by = f" (served by {', '.join(stacks)})" if stacks else ""

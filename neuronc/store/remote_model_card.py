@@ -99,11 +99,11 @@ def card_data(manifest: Manifest) -> dict[str, Any]:
 
 def _backend_facts(name: str) -> tuple[str, str | None]:
     """The backend's package (its toolchain's main one) and first serving stack; the name alone when unknown."""
-    from neuronc.backends import resolve_backend
+    from neuronc.backends import backend_for_manifest
     from neuronc.errors import NeuroncError
 
     try:  # a published bundle's manifest names its backend: resolved here, once per fact
-        backend = resolve_backend(name)
+        backend = backend_for_manifest(name)
     except NeuroncError:
         return name, None
     stack = str(backend.serving_stacks[0]) if backend.serving_stacks else None

@@ -120,12 +120,12 @@ class Verdict:
 def bundle_verdict(bundle: Path, side: ServingSide) -> Verdict:
     """The verdict for the bundle at ``bundle`` against ``side``, from its backend's serving capability
     (InvalidInputError, exit 2, for a backend without one)."""
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
     from neuronc.bundle import read_manifest
     from neuronc.deploy import serving_values
 
     manifest = read_manifest(bundle)
-    serving = resolve_backend(manifest).serving if is_registered(manifest.backend) else None
+    serving = backend_for_manifest(manifest).serving if is_registered(manifest.backend) else None
     if serving is None:
         msg = f"the {manifest.backend} backend's bundles have no serving-stack key neuronc compares"
         raise InvalidInputError(msg, hint="the verdict covers the backends whose serving stack keeps a compile cache")
@@ -146,7 +146,7 @@ def host_verdict(bundle: Path) -> Verdict:
     import os
     import platform
 
-    from neuronc.backends import resolve_backend
+    from neuronc.backends import backend_for_manifest
     from neuronc.bundle import read_manifest
     from neuronc.hardware import host_target
     from neuronc.verdict.image import neuron_env
@@ -154,7 +154,7 @@ def host_verdict(bundle: Path) -> Verdict:
     # A bundle read from disk names its backend: resolved here, once.
     manifest = read_manifest(bundle)
     try:
-        installed = resolve_backend(manifest).toolchain.toolchain_versions()
+        installed = backend_for_manifest(manifest).toolchain.toolchain_versions()
     except ImportError:
         installed = {}
     how = "run it on the EC2 instance that serves it (its instance type names the chip)"
@@ -173,9 +173,9 @@ def host_verdict(bundle: Path) -> Verdict:
 
 def has_verdict(manifest: Manifest) -> bool:
     """Whether the bundle's backend has a serving-stack key the verdict compares."""
-    from neuronc.backends import is_registered, resolve_backend
+    from neuronc.backends import backend_for_manifest, is_registered
 
-    return is_registered(manifest.backend) and resolve_backend(manifest).serving is not None
+    return is_registered(manifest.backend) and backend_for_manifest(manifest).serving is not None
 
 
 __all__ = [

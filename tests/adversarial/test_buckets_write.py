@@ -20,7 +20,7 @@ HEAD = "model: {id: m}\nbackend: inductor\ntarget: cpu\nsequence:\n  max_length:
 
 def _buckets(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The buckets the edited text holds, as the profile loader reads them (no model check)."""
-    [build] = parse_profile(text, check_model_config=False).builds
+    [build] = parse_profile(text, check_model_config=False).specs
     return build.sequence.context_buckets, build.sequence.token_buckets
 
 
@@ -86,7 +86,7 @@ def test_a_crlf_profile_stays_crlf(tmp_path: Path) -> None:
     assert raw.replace(b"[16, 24]", b"[32, 64]").replace(b"[64, 128]", b"[128]") == DEMO.read_bytes().replace(
         b"\n", b"\r\n"
     )
-    [build] = load_profile(profile).builds
+    [build] = load_profile(profile).specs
     assert build.sequence.context_buckets == (16, 24)
 
 

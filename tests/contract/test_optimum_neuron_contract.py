@@ -48,7 +48,7 @@ def _neuronxcc_version(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _specs(tmp_path: Path) -> list:  # type: ignore[type-arg]
-    shipped = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").builds
+    shipped = load_profile(REPO / "profiles/llama3.1-8b-optimum-neuron-tgi.yaml").specs
     text = """
     model: {id: example-org/tiny-llama, revision: 0123456789abcdef0123456789abcdef01234567}
     backend: optimum-neuron
@@ -60,7 +60,7 @@ def _specs(tmp_path: Path) -> list:  # type: ignore[type-arg]
     weights: reference
     matrix: {amp: [fp16, bf16, fp32]}
     """
-    local = parse_profile(text, str(tmp_path / "p.yaml"), base_dir=tmp_path).builds
+    local = parse_profile(text, str(tmp_path / "p.yaml"), base_dir=tmp_path).specs
     return [*shipped, *local]
 
 
@@ -236,7 +236,7 @@ def test_the_calls_neuronc_makes_bind_the_real_api_and_the_export_reloads(
     sequence: {{max_length: 128, max_context_length: 64}}
     weights: {weights}
     """ + (f"options: {{neuron_config: {options}}}\n" if options else "")
-    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).builds[0]
+    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).specs[0]
     backend = get_backend("optimum-neuron")
     bundle = tmp_path / "bundle"
     job = CompileJob(
@@ -366,7 +366,7 @@ def test_optimum_neurons_own_code_finds_what_cache_synchronize_wrote(
     sequence: {max_length: 128}
     weights: on-load
     """  # fp32: the checkpoint's own dtype, the one a 0.4.5 lookup digests (reference note §4.6)
-    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).builds[0]
+    spec = parse_profile(textwrap.dedent(text), str(tmp_path / "p.yaml"), base_dir=tmp_path).specs[0]
     backend = get_backend("optimum-neuron")
     job = CompileJob(
         spec=spec,

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from neuronc.backends import bind_backend
 from neuronc.backends.base import BackendBase, CompiledGraph, CompileJob, CompileResult
+from neuronc.build import Build
 from neuronc.bundle import BuildRecord, BundleWriter, Graph, Shard, Stage, WeightsSource
 from neuronc.keys import ConfigKey
 from neuronc.pipeline.context import resolve_build
@@ -80,8 +80,7 @@ def make_spec(**overrides: Any) -> BuildSpec:
         "options": {},
     }
     data.update(overrides)
-    # Built as the profile loader builds a spec: bound to its Backend object once.
-    return bind_backend(BuildSpec(**data))
+    return BuildSpec(**data)
 
 
 def build_bundle(
@@ -95,13 +94,12 @@ def build_bundle(
     pause: float = 0.0,
 ) -> Path:
     """Build a real bundle with the fake backend: profile, model files, shards, artifacts, logs."""
-    from neuronc.backends import get_backend
     from neuronc.backends.base import CompileJob
 
     register()
     spec = spec or make_spec(options={"artifact_bytes": artifact_bytes})
-    backend = get_backend(spec.backend)
-    ctx = resolve_build(spec, strict=False)
+    ctx = resolve_build(Build.received(spec), strict=False)
+    backend = ctx.backend
     key: ConfigKey = ctx.config
     versions = ctx.versions
     if store is not None:
@@ -182,4 +180,4 @@ def _stage(stages: list[Stage], name: str) -> Iterator[None]:
 def spec_key(spec: BuildSpec, environ: dict[str, str] | None = None) -> ConfigKey:
     """The config key of ``spec`` as every command works it out (``neuronc.pipeline.resolve_build``)."""
     register()
-    return resolve_build(spec, strict=False, environ=environ).config
+    return resolve_build(Build.received(spec), strict=False, environ=environ).config

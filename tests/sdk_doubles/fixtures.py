@@ -101,7 +101,7 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make_spec(text: str, base_dir: Path, index: int = 0) -> BuildSpec:
     """A BuildSpec from profile YAML text (model paths relative to ``base_dir``)."""
     loaded = parse_profile(textwrap.dedent(text), str(base_dir / "profile.yaml"), base_dir=base_dir)
-    return loaded.builds[index]
+    return loaded.specs[index]
 
 
 def make_job(spec: BuildSpec, checkpoint: Path, root: Path, **env: str) -> CompileJob:
@@ -129,10 +129,11 @@ def files_under(directory: Path) -> list[str]:
 
 def bundle_with_extra(directory: Path, spec: BuildSpec, extra: dict[str, Any]) -> Path:
     """A real (minimal) bundle for ``spec`` whose manifest carries ``extra``: what load snippets read."""
+    from neuronc.build import Build
     from neuronc.bundle import BuildRecord, BundleWriter
     from neuronc.pipeline import resolve_build
 
-    key = resolve_build(spec, strict=False, environ={}).config
+    key = resolve_build(Build.received(spec), strict=False, environ={}).config
     with BundleWriter(directory) as writer:
         writer.write_bytes("artifacts/model.pt", b"compiled")
         return writer.finish(BuildRecord.for_build(spec, key, {}, extra=extra))

@@ -23,9 +23,8 @@ def main(argv: list[str]) -> int:
     data = json.loads(job_file.read_text(encoding="utf-8"))
     job = job_from_json(data)
     job.progress = EventSink(job.work_dir / EVENTS_FILE)
-    # A process boundary: the job names its backend; resolved here, once, and bound to the job's spec.
+    # A process boundary: the job names its backend; resolved here, once (this package's own registry).
     backend = resolve_backend(data["backend"])
-    job.spec = job.spec.bound_to(backend)
     if not isinstance(backend, NeuronBackend):
         result_file.write_text(json.dumps({"error": {"type": "TypeError", "message": "not a Neuron backend"}}))
         return 2

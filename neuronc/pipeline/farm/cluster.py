@@ -20,7 +20,7 @@ from neuronc.errors import MISSING_LIBRARY, EnvironmentIncompatibleError, Invali
 from neuronc.fsutil import format_bytes, plural
 
 if TYPE_CHECKING:
-    from neuronc.pipeline.context import BuildContext
+    from neuronc.pipeline.context import ResolvedBuild
     from neuronc.store import BundleStore
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -266,7 +266,7 @@ def cluster_nodes() -> list[Node]:
     return found
 
 
-def build_need(ctx: BuildContext, settings: RaySettings, nodes: Sequence[Node]) -> Need:
+def build_need(ctx: ResolvedBuild, settings: RaySettings, nodes: Sequence[Node]) -> Need:
     """What ``ctx`` asks of the cluster: the pre-flight's host RAM for the CPUs it is given."""
     from neuronc.preflight import estimate
 

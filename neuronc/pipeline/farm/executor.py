@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from neuronc.build import Build
 from neuronc.errors import EnvironmentIncompatibleError, NeuroncError
-from neuronc.pipeline.context import BuildContext
+from neuronc.pipeline.context import ResolvedBuild
 from neuronc.pipeline.farm.cluster import (
     Need,
     Node,
@@ -59,23 +60,25 @@ class RayExecutor:
     name: str = "ray"
 
     def run(self, batch: BuildBatch) -> list[BuildReport]:
-        specs, contexts, options, on_report = batch.specs, batch.contexts, batch.options, batch.on_report
+        builds, contexts, options, on_report = batch.builds, batch.contexts, batch.options, batch.on_report
         ray = import_ray()
         resolved_store = open_store(batch.store)
         # Each build resolved once, here: the commit, the key and the toolchain it expects travel with its
         # task (``BuildIdentity``); a node builds at that commit and never resolves the revision again.
-        resolved = [ctx if ctx is not None else _resolve(spec) for spec, ctx in zip(specs, contexts, strict=True)]
+        resolved = [ctx if ctx is not None else _resolve(build) for build, ctx in zip(builds, contexts, strict=True)]
         for ctx in resolved:
             if ctx.unresolved is not None:  # before anything is submitted: no node may guess the commit
                 raise ctx.unresolved
         with _ray_messages_to_stderr():
+            # What crosses to a node: the spec (as JSON) and its identity; the node rebuilds the Build.
+            specs = [ctx.spec for ctx in resolved]
             return self._run(ray, specs, resolved, resolved_store, options, on_report)
 
     def _run(
         self,
         ray: Any,
         specs: Sequence[BuildSpec],
-        resolved: Sequence[BuildContext],
+        resolved: Sequence[ResolvedBuild],
         resolved_store: BundleStore,
         options: BuildOptions,
         on_report: OnReport,
@@ -98,14 +101,14 @@ class RayExecutor:
                 ray.shutdown()
 
 
-def _resolve(spec: BuildSpec) -> BuildContext:
+def _resolve(build: Build) -> ResolvedBuild:
     from neuronc.pipeline.context import resolve_build
 
-    return resolve_build(spec, strict=False)
+    return resolve_build(build, strict=False)
 
 
 def placement(
-    contexts: Sequence[BuildContext], settings: RaySettings
+    contexts: Sequence[ResolvedBuild], settings: RaySettings
 ) -> tuple[list[Node], list[tuple[Need, list[Node]]]]:
     """`neuronc plan --executor ray`: the cluster's nodes and, for each build, its need and the nodes it fits."""
     ray = import_ray()

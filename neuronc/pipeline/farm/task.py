@@ -80,7 +80,7 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
     """Build ``payload['spec']`` into the store at ``payload['store']`` on this node (a Ray task body)."""
     import ray
 
-    from neuronc.backends import bind_backend
+    from neuronc.build import Build
     from neuronc.pipeline.messages import logging_to
     from neuronc.pipeline.run import BuildOptions, build_one
 
@@ -96,8 +96,8 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
     _announce(
         events, {"index": index, "event": "started", "node": node, "pid": os.getpid(), "host": socket.gethostname()}
     )
-    # A process boundary: the spec arrives as JSON and is bound to its Backend here, once.
-    spec = bind_backend(BuildSpec.model_validate(payload["spec"]))
+    # A process boundary: the spec arrives as JSON and becomes a Build here, once.
+    build = Build.received(BuildSpec.model_validate(payload["spec"]))
     identity = BuildIdentity.from_json(payload["identity"])
     jobs = int(payload["jobs"])
     # The pool lets a cancel reach the build's worker processes (Ray reserved the memory already).
@@ -110,7 +110,7 @@ def run_build(payload: Mapping[str, Any], events: Any) -> dict[str, Any]:
     def body() -> None:
         try:
             with logging_to(lambda message: emit("say", message=message)):
-                outcome["report"] = build_one(spec, store=str(payload["store"]), options=options, identity=identity)
+                outcome["report"] = build_one(build, store=str(payload["store"]), options=options, identity=identity)
         except BaseException as exc:  # handed to the task's thread, which raises it
             outcome["raised"] = exc
         finally:
@@ -186,6 +186,8 @@ def error_from_json(data: Mapping[str, Any], where: str) -> NeuroncError:
 
 def report_from_worker(spec: BuildSpec, data: Mapping[str, Any], where: str) -> BuildReport:
     """The driver's ``BuildReport`` of a build a node ran (``spec`` as the driver loaded it)."""
+    from neuronc.bundle import Graph
+
     raw = data["report"]
     nearest = raw.get("nearest")
     fields: dict[str, Any] = {
@@ -196,7 +198,7 @@ def report_from_worker(spec: BuildSpec, data: Mapping[str, Any], where: str) -> 
         "toolchain_key": raw.get("toolchain_key"),
         "toolchain_label": raw.get("toolchain_label"),
         "bundle": raw.get("bundle"),
-        "graphs": list(raw.get("graphs") or []),
+        "graphs": [Graph.model_validate(g) for g in raw.get("graphs") or []],
         "stages": [
             StageReport(s["name"], float(s["wall_seconds"]), s.get("peak_rss_bytes"), s.get("children_peak_rss_bytes"))
             for s in raw.get("stages") or []
