@@ -20,10 +20,12 @@ Exit 0 when all hold; the failures are printed otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -99,6 +101,28 @@ def check_report(report: Path, server: Server, name: str) -> list[str]:
     return problems
 
 
+# A run of a few requests ends in seconds; past this, GuideLLM has stalled (it can, between phases).
+STALL_SECONDS = 300
+
+
+class StalledError(Exception):
+    pass
+
+
+def run_guidellm(cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> int:
+    """GuideLLM's exit code; StalledError past STALL_SECONDS, with it and its workers stopped."""
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        try:
+            return proc.wait(timeout=STALL_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise StalledError from None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--guidellm", required=True, help="GuideLLM 0.8.1's console script (its own venv)")
@@ -118,11 +142,20 @@ def main() -> int:
                 scenario = scenario_for(deployed, name, report, server.port)
                 cmd = [args.guidellm, "run", "--scenario", str(scenario), "--disable-console-interactive"]
                 guidellm_env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # the tokenizer is the bundle's model/
-                run = subprocess.run(cmd, capture_output=True, text=True, env=guidellm_env, cwd=scratch, check=False)
-                if run.returncode != 0:
-                    problems.append(
-                        f"{name}: guidellm exited {run.returncode}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+                log = scratch / f"guidellm-{name}.log"
+                try:
+                    code = run_guidellm(cmd, guidellm_env, scratch, log)
+                except StalledError:  # GuideLLM's own intermittent stall (vllm-project/guidellm#431): once more
+                    print(
+                        f"note: {name}: GuideLLM stalled past {STALL_SECONDS} s; running it once more", file=sys.stderr
                     )
+                    try:
+                        code = run_guidellm(cmd, guidellm_env, scratch, log)
+                    except StalledError:
+                        problems.append(f"{name}: GuideLLM stalled twice:\n{log.read_text(errors='replace')[-3000:]}")
+                        continue
+                if code != 0:
+                    problems.append(f"{name}: guidellm exited {code}:\n{log.read_text(errors='replace')[-3000:]}")
                     continue
                 problems += check_report(report, server, name)
         finally:
