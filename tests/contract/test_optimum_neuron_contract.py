@@ -316,7 +316,8 @@ def test_optimum_neurons_own_code_finds_what_cache_synchronize_wrote(
 
     from neuronc.backends import get_backend
     from neuronc.backends.base import CompileJob
-    from neuronc.hubcache.publish import BundlePublication, publication, write_tree
+    from neuronc.hubcache.publish import BundlePublication, publication
+    from neuronc.hubcache.publish_tree import write_tree
 
     cache = tmp_path / "neuron-compile-cache"
     monkeypatch.setenv("NEURON_COMPILE_CACHE_URL", str(cache))
